@@ -1,0 +1,56 @@
+# Crafter VLM Dataset Studio. `make demo` and `make test` work on a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: demo test install services chromium lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p var
+	DEBUG=1 $(PY) manage.py migrate --noinput -v0
+	DEBUG=1 $(PY) manage.py demo_setup
+	@echo "Starting a worker and the studio on http://127.0.0.1:8000 (Ctrl-C stops both)"
+	@trap 'kill 0' EXIT INT TERM; \
+	  DEBUG=1 $(VENV)/bin/celery -A studio worker --loglevel=WARNING --concurrency=2 & \
+	  DEBUG=1 $(VENV)/bin/celery -A studio beat --loglevel=WARNING --schedule var/celerybeat-schedule & \
+	  DEBUG=1 $(PY) manage.py runserver 127.0.0.1:8000 --noreload
+
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+	@for i in $$(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
+
+chromium:
+	@test -x /usr/bin/chromium || (DEBIAN_FRONTEND=noninteractive apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+
+test: $(STAMP) services chromium
+	$(VENV)/bin/ruff check .
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) SECRET_KEY=test-only \
+	  STUDIO_MEDIA_ROOT=$(CURDIR)/var/test-media $(VENV)/bin/pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(STAMP) services
+	for script in benchmarks/*.py; do \
+	  DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) SECRET_KEY=bench \
+	  $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf var .pytest_cache

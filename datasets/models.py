@@ -1,0 +1,1 @@
+"""Datasets: saved filters over turns, immutable versions, JSONL export and import."""

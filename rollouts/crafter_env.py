@@ -1,0 +1,226 @@
+"""The Crafter environment as the studio plays it (SPEC section 3): reproducible and observable.
+
+Stock crafter 1.8.3 is not reproducible in two ways, both fixed here and only here:
+
+* `Env._balance_object` picks a creature to despawn from a list built by iterating a `set`,
+  whose order follows memory addresses, so the same seed plays differently in two processes.
+  We order those creatures by position.
+* `LocalView._noise` (the night-time grain) draws from the world's random state, so rendering
+  at 64 px consumes different numbers than at 256 px and the world itself diverges. Here the
+  noise has its own generator, seeded from (episode seed, step), and never touches the world.
+
+World generation is made fast by numba: opensimplex 0.4 compiles its kernels with numba when
+it is importable (about 5x faster per world); nothing else changes, so worlds are identical.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import crafter
+import numpy as np
+from crafter import constants, engine, objects
+from PIL import Image
+
+AREA = (64, 64)
+VIEW = (9, 9)
+# The local view is 9 x 7 cells; the bottom two rows of the 9 x 9 grid show the inventory.
+LOCAL_VIEW_GRID = (9, 7)
+
+ACTIONS: tuple[str, ...] = (
+    "noop",
+    "move_left",
+    "move_right",
+    "move_up",
+    "move_down",
+    "do",
+    "sleep",
+    "place_stone",
+    "place_table",
+    "place_furnace",
+    "place_plant",
+    "make_wood_pickaxe",
+    "make_stone_pickaxe",
+    "make_iron_pickaxe",
+    "make_wood_sword",
+    "make_stone_sword",
+    "make_iron_sword",
+)
+ACTION_INDEX: dict[str, int] = {name: i for i, name in enumerate(ACTIONS)}
+assert tuple(constants.actions) == ACTIONS, "crafter changed its action list"
+
+ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(constants.achievements))
+VITALS: tuple[str, ...] = ("health", "food", "drink", "energy")
+FACING_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
+
+
+class _ReproducibleLocalView(engine.LocalView):
+    """Night noise from its own generator, keyed by (seed, step), never the world's."""
+
+    noise_key: tuple[int, int] = (0, 0)
+
+    def _noise(self, canvas: np.ndarray, amount: float, stddev: float) -> np.ndarray:
+        rng = np.random.default_rng(self.noise_key)
+        noise = rng.uniform(32, 127, canvas.shape[:2])[..., None]
+        mask = amount * self._vignette(canvas.shape, stddev)[..., None]
+        return (1 - mask) * canvas + mask * noise
+
+
+class StudioEnv(crafter.Env):
+    """`crafter.Env(area=(64, 64), size=(S, S), length=L, seed=seed)`, made reproducible."""
+
+    def __init__(self, *, seed: int, size: int = 64, length: int = 256) -> None:
+        super().__init__(area=AREA, view=VIEW, size=(size, size), length=length, seed=seed)
+        item_rows = int(np.ceil(len(constants.items) / VIEW[0]))
+        self._local_view = _ReproducibleLocalView(
+            self._world, self._textures, [VIEW[0], VIEW[1] - item_rows]
+        )
+
+    def render(self, size: Any = None) -> np.ndarray:
+        self._local_view.noise_key = (int(self._seed), int(self._step or 0))
+        return super().render(size)
+
+    def _balance_object(
+        self, chunk, objs, cls, material, span_dist, despan_dist, spawn_prob, despawn_prob,
+        ctor, target_fn,
+    ) -> None:
+        # Same as crafter's, but `objs` (a set) is ordered by position before indexing.
+        xmin, xmax, ymin, ymax = chunk
+        random = self._world.random
+        creatures = sorted(
+            (obj for obj in objs if isinstance(obj, cls)), key=lambda o: (o.pos[0], o.pos[1])
+        )
+        mask = self._world.mask(*chunk, material)
+        target_min, target_max = target_fn(len(creatures), mask.sum())
+        if len(creatures) < int(target_min) and random.uniform() < spawn_prob:
+            xs = np.tile(np.arange(xmin, xmax)[:, None], [1, ymax - ymin])
+            ys = np.tile(np.arange(ymin, ymax)[None, :], [xmax - xmin, 1])
+            xs, ys = xs[mask], ys[mask]
+            i = random.randint(0, len(xs))
+            pos = np.array((xs[i], ys[i]))
+            empty = self._world[pos][1] is None
+            away = self._player.distance(pos) >= span_dist
+            if empty and away:
+                self._world.add(ctor(pos))
+        elif len(creatures) > int(target_max) and random.uniform() < despawn_prob:
+            obj = creatures[random.randint(0, len(creatures))]
+            away = self._player.distance(obj.pos) >= despan_dist
+            if away:
+                self._world.remove(obj)
+
+    # --- what the studio records about the game -------------------------------------------
+
+    @property
+    def step_count(self) -> int:
+        return int(self._step or 0)
+
+    @property
+    def length(self) -> int:
+        return int(self._length)
+
+    def unlocked(self) -> list[str]:
+        return sorted(name for name, n in self._player.achievements.items() if n > 0)
+
+    def state(self) -> dict[str, Any]:
+        """The game state at this step, as stored on each frame (JSON-ready)."""
+        player = self._player
+        inventory = {k: int(v) for k, v in player.inventory.items()}
+        return {
+            "step": self.step_count,
+            "vitals": {k: inventory[k] for k in VITALS},
+            "inventory": {k: v for k, v in inventory.items() if k not in VITALS and v},
+            "position": [int(player.pos[0]), int(player.pos[1])],
+            "facing": FACING_NAMES[tuple(int(x) for x in player.facing)],
+            "sleeping": bool(player.sleeping),
+            "daylight": round(float(self._world.daylight), 4),
+            "achievements": self.unlocked(),
+        }
+
+    def local_map(self) -> list[list[str]]:
+        """Names of what is in each cell of the local view, rows top to bottom."""
+        world, player = self._world, self._player
+        gx, gy = LOCAL_VIEW_GRID
+        ox, oy = gx // 2, gy // 2
+        rows: list[list[str]] = []
+        for dy in range(-oy, gy - oy):
+            row = []
+            for dx in range(-ox, gx - ox):
+                pos = (int(player.pos[0]) + dx, int(player.pos[1]) + dy)
+                material, obj = world[pos]
+                if obj is not None:
+                    row.append("you" if obj is player else type(obj).__name__.lower())
+                else:
+                    row.append(material or "void")
+            rows.append(row)
+        return rows
+
+
+def text_observation(env: StudioEnv) -> str:
+    """The text observation of SPEC section 3: what a text-only agent needs to play."""
+    state = env.state()
+    v = state["vitals"]
+    inventory = ", ".join(f"{k}={n}" for k, n in state["inventory"].items()) or "empty"
+    achievements = ", ".join(state["achievements"]) or "none"
+    x, y = state["position"]
+    map_lines = "\n".join(" ".join(f"{cell:>8}" for cell in row) for row in env.local_map())
+    return (
+        f"Step {state['step']} of {env.length}.\n"
+        f"Health {v['health']}/9, food {v['food']}/9, drink {v['drink']}/9, "
+        f"energy {v['energy']}/9.\n"
+        f"Position ({x}, {y}), facing {state['facing']}"
+        f"{', asleep' if state['sleeping'] else ''}.\n"
+        f"Inventory: {inventory}.\n"
+        f"Achievements unlocked: {achievements}.\n"
+        f"Local view ({LOCAL_VIEW_GRID[0]} columns x {LOCAL_VIEW_GRID[1]} rows, "
+        f"you are in the centre):\n{map_lines}"
+    )
+
+
+@dataclass(frozen=True)
+class EncodedFrame:
+    png: bytes
+    width: int
+    height: int
+
+
+def encode_png(frame: np.ndarray) -> EncodedFrame:
+    """Lossless PNG of the RGB array crafter returned; the same array gives the same bytes."""
+    height, width = frame.shape[:2]
+    image = Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8), "RGB")
+    buffer = io.BytesIO()
+    # Level 1: frames are small and many; compression past this buys little and costs time.
+    image.save(buffer, format="PNG", compress_level=1)
+    return EncodedFrame(png=buffer.getvalue(), width=width, height=height)
+
+
+def decode_png(png: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(png)) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("crafter", "numpy", "opensimplex")}
+
+
+def numba_enabled() -> bool:
+    """True when opensimplex compiled its kernels with numba (fast world generation)."""
+    from opensimplex import internals
+
+    return hasattr(internals._extrapolate3, "py_func")
+
+
+__all__ = [
+    "ACHIEVEMENTS",
+    "ACTIONS",
+    "ACTION_INDEX",
+    "StudioEnv",
+    "decode_png",
+    "encode_png",
+    "library_versions",
+    "numba_enabled",
+    "text_observation",
+]

@@ -1,0 +1,185 @@
+"""Rollout batches, episodes, frames and turns: everything a played game leaves behind."""
+
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.db import models
+from django.db.models import Q
+
+
+class RolloutBatch(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    class Policy(models.TextChoices):
+        SCRIPTED = "scripted"
+        RANDOM = "random"
+        OPENAI = "openai"
+        IMPORTED = "imported"
+
+    name = models.CharField(max_length=200, blank=True)
+    policy = models.CharField(max_length=20, choices=Policy.choices)
+    model = models.CharField(max_length=200, blank=True)
+    endpoint = models.CharField(max_length=500, blank=True, help_text="Base URL; never a key.")
+    seeds = models.JSONField(default=list)
+    step_limit = models.PositiveIntegerField(default=256)
+    image_size = models.PositiveIntegerField(default=64)
+    settings = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+
+    episodes_total = models.PositiveIntegerField(default=0)
+    episodes_finished = models.PositiveIntegerField(default=0)
+    episodes_failed = models.PositiveIntegerField(default=0)
+    model_calls = models.PositiveIntegerField(default=0)
+    model_errors = models.PositiveIntegerField(default=0)
+    model_retries = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    crafter_version = models.CharField(max_length=40, blank=True)
+    numpy_version = models.CharField(max_length=40, blank=True)
+    opensimplex_version = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(step_limit__gte=1), name="batch_step_limit_positive"),
+            models.CheckConstraint(
+                condition=Q(image_size__gte=9) & Q(image_size__lte=1024),
+                name="batch_image_size_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(episodes_finished__lte=models.F("episodes_total"))
+                & Q(episodes_failed__lte=models.F("episodes_total")),
+                name="batch_progress_within_total",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"Batch {self.pk}"
+
+    @property
+    def episodes_done(self) -> int:
+        return self.episodes_finished + self.episodes_failed
+
+    @property
+    def progress_percent(self) -> int:
+        return int(100 * self.episodes_done / self.episodes_total) if self.episodes_total else 0
+
+
+class Episode(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+
+    batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="episodes")
+    seed = models.BigIntegerField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    steps = models.PositiveIntegerField(default=0)
+    total_reward = models.FloatField(default=0.0)
+    # {achievement name: step at which it was first unlocked}
+    achievements = models.JSONField(default=dict, blank=True)
+    achievement_count = models.PositiveSmallIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    model_calls = models.PositiveIntegerField(default=0)
+    model_errors = models.PositiveIntegerField(default=0)
+    model_retries = models.PositiveIntegerField(default=0)
+    bad_outputs = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    claim_token = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["batch_id", "seed"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "seed"], name="episode_unique_batch_seed"),
+        ]
+        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return f"Episode {self.pk} (seed {self.seed})"
+
+
+class Frame(models.Model):
+    """What the agent saw before its `step`-th action; step 0 is the frame after `reset()`."""
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="frames")
+    step = models.PositiveIntegerField()
+    # The PNG lives once in storage under its sha256, however many frames share it.
+    sha256 = models.CharField(max_length=64, db_index=True)
+    image = models.FileField(max_length=200)
+    width = models.PositiveSmallIntegerField()
+    height = models.PositiveSmallIntegerField()
+    # inventory, vitals, position, facing, achievements at this step
+    state = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["episode_id", "step"]
+        constraints = [
+            models.UniqueConstraint(fields=["episode", "step"], name="frame_unique_episode_step"),
+            models.CheckConstraint(
+                condition=Q(sha256__regex=r"^[0-9a-f]{64}$"), name="frame_sha256_hex"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Frame {self.step} of episode {self.episode_id}"
+
+
+class Turn(models.Model):
+    """One decision: the request the policy saw, what it answered, what was executed."""
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turns")
+    index = models.PositiveIntegerField()
+    frame = models.ForeignKey(Frame, on_delete=models.PROTECT, related_name="turns")
+    observation_text = models.TextField(blank=True)
+    # Chat messages as sent; image parts hold {"frame": <Frame id>} instead of base64.
+    request_messages = models.JSONField(default=list, blank=True)
+    model_text = models.TextField(blank=True, null=True)
+    reasoning_text = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    actions = models.JSONField(default=list, blank=True)
+    reward = models.FloatField(default=0.0)
+    achievements_unlocked = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    error_kind = models.CharField(max_length=40, blank=True)
+    finish_reason = models.CharField(max_length=40, blank=True)
+    text_fallback = models.BooleanField(default=False, help_text="Actions parsed from text.")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    retries = models.PositiveSmallIntegerField(default=0)
+    flagged = models.BooleanField(default=False, db_index=True)
+    note = models.TextField(blank=True)
+    reviewed_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["episode_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["episode", "index"], name="turn_unique_episode_index"),
+        ]
+        permissions = [("review_turn", "Can flag and annotate turns and start batches")]
+
+    def __str__(self) -> str:
+        return f"Turn {self.index} of episode {self.episode_id}"

@@ -1,0 +1,25 @@
+"""Policies choose actions; the recorder plays them. `build_policy` is the one factory."""
+
+from __future__ import annotations
+
+from rollouts.policies.base import Decision, Observation, Policy
+from rollouts.rollout_settings import RolloutSettings
+
+
+def build_policy(settings: RolloutSettings, *, seed: int) -> Policy:
+    if settings.policy == "scripted":
+        from rollouts.policies.baselines import ScriptedPolicy
+
+        return ScriptedPolicy(settings.actions)
+    if settings.policy == "random":
+        from rollouts.policies.baselines import RandomPolicy
+
+        return RandomPolicy(seed=seed)
+    if settings.policy == "openai":
+        from rollouts.policies.openai import OpenAIPolicy
+
+        return OpenAIPolicy(settings, seed=seed)
+    raise ValueError(f"unknown policy {settings.policy!r}")
+
+
+__all__ = ["Decision", "Observation", "Policy", "build_policy"]

@@ -1,0 +1,60 @@
+"""The small interface every policy implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class PastTurn:
+    """A turn already played, for policies that show history."""
+
+    frame_step: int
+    png: bytes
+    actions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Observation:
+    seed: int
+    turn: int
+    step: int
+    step_limit: int
+    text: str
+    frame_step: int
+    png: bytes
+    history: tuple[PastTurn, ...] = ()
+
+
+@dataclass
+class Decision:
+    """What a policy decided, and everything worth recording about how."""
+
+    actions: list[str]
+    # Messages as sent. Image parts hold {"frame_step": N} instead of base64 data.
+    request_messages: list[dict[str, Any]] = field(default_factory=list)
+    model_text: str | None = None
+    reasoning_text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = ""
+    error: str = ""
+    error_kind: str = ""
+    text_fallback: bool = False
+    model_called: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: int = 0
+    retries: int = 0
+    # Bad output that the settings say should end the episode.
+    end_episode: bool = False
+
+
+class PolicyUnavailable(Exception):
+    """The policy cannot act at all (e.g. its endpoint is down): fail fast, do not play on."""
+
+
+class Policy(Protocol):
+    def decide(self, observation: Observation) -> Decision: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,191 @@
+"""Plays one episode with a policy and records every frame and turn, in chunks.
+
+Rows are written in chunks of `STUDIO_RECORD_CHUNK` turns, each chunk in one transaction
+that also renews the episode's claim: a worker that lost its claim (presumed dead, then
+re-claimed by another) stops at its next chunk instead of writing beside the new owner.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from django.conf import settings as django_settings
+from django.db import transaction
+from django.utils import timezone
+
+from rollouts.crafter_env import ACTION_INDEX, StudioEnv, encode_png, text_observation
+from rollouts.frame_store import FrameStore
+from rollouts.models import Episode, Frame, Turn
+from rollouts.policies.base import Decision, Observation, PastTurn, Policy
+from rollouts.rollout_settings import RolloutSettings
+
+
+class ClaimLost(Exception):
+    """Another worker owns this episode now; this one must stop writing."""
+
+
+@dataclass
+class EpisodeTotals:
+    steps: int = 0
+    total_reward: float = 0.0
+    achievements: dict[str, int] = field(default_factory=dict)
+    tool_calls: int = 0
+    model_calls: int = 0
+    model_errors: int = 0
+    model_retries: int = 0
+    bad_outputs: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add_decision(self, decision: Decision) -> None:
+        self.tool_calls += len(decision.tool_calls)
+        self.model_calls += int(decision.model_called)
+        self.model_retries += decision.retries
+        self.prompt_tokens += decision.prompt_tokens
+        self.completion_tokens += decision.completion_tokens
+        if decision.error_kind:
+            if decision.error_kind.startswith("http") or decision.error_kind in {
+                "timeout",
+                "connection",
+            }:
+                self.model_errors += 1
+            else:
+                self.bad_outputs += 1
+
+    def as_fields(self) -> dict[str, object]:
+        return {
+            "steps": self.steps,
+            "total_reward": self.total_reward,
+            "achievements": self.achievements,
+            "achievement_count": len(self.achievements),
+            "tool_calls": self.tool_calls,
+            "model_calls": self.model_calls,
+            "model_errors": self.model_errors,
+            "model_retries": self.model_retries,
+            "bad_outputs": self.bad_outputs,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+class EpisodeRecorder:
+    def __init__(
+        self,
+        *,
+        episode: Episode,
+        settings: RolloutSettings,
+        policy: Policy,
+        claim_token: str,
+        store: FrameStore | None = None,
+    ) -> None:
+        self.episode = episode
+        self.settings = settings
+        self.policy = policy
+        self.claim_token = claim_token
+        self.store = store or FrameStore()
+        self.chunk = max(1, django_settings.STUDIO_RECORD_CHUNK)
+        self.totals = EpisodeTotals()
+        self._frames: list[Frame] = []
+        self._turns: list[Turn] = []
+
+    def play(self) -> EpisodeTotals:
+        settings, episode = self.settings, self.episode
+        env = StudioEnv(seed=int(episode.seed), size=settings.image_size, length=settings.steps)
+        frame, png = self._add_frame(env, env.reset())
+        history: deque[PastTurn] = deque(maxlen=max(settings.history_frames, 1))
+        unlocked: set[str] = set()
+        done = False
+        turn_index = 0
+        while not done:
+            observation = Observation(
+                seed=int(episode.seed),
+                turn=turn_index,
+                step=env.step_count,
+                step_limit=settings.steps,
+                text=text_observation(env),
+                frame_step=frame.step,
+                png=png,
+                history=tuple(history) if settings.history_frames else (),
+            )
+            decision = self.policy.decide(observation)
+            self.totals.add_decision(decision)
+            actions = decision.actions or ([] if decision.end_episode else ["noop"])
+            executed: list[str] = []
+            reward = 0.0
+            new_unlocks: list[str] = []
+            next_frame, next_png = frame, png
+            for action in actions:
+                pixels, step_reward, done, info = env.step(ACTION_INDEX[action])
+                executed.append(action)
+                reward += float(step_reward)
+                for name, count in info["achievements"].items():
+                    if count > 0 and name not in unlocked:
+                        unlocked.add(name)
+                        new_unlocks.append(name)
+                        self.totals.achievements[name] = env.step_count
+                next_frame, next_png = self._add_frame(env, pixels)
+                if done:
+                    break
+            self.totals.steps = env.step_count
+            self.totals.total_reward += reward
+            self._turns.append(
+                Turn(
+                    episode=episode,
+                    index=turn_index,
+                    frame=frame,
+                    observation_text=observation.text,
+                    request_messages=decision.request_messages,
+                    model_text=decision.model_text,
+                    reasoning_text=decision.reasoning_text,
+                    tool_calls=decision.tool_calls,
+                    actions=executed,
+                    reward=reward,
+                    achievements_unlocked=new_unlocks,
+                    error=decision.error,
+                    error_kind=decision.error_kind,
+                    finish_reason=decision.finish_reason,
+                    text_fallback=decision.text_fallback,
+                    prompt_tokens=decision.prompt_tokens,
+                    completion_tokens=decision.completion_tokens,
+                    latency_ms=decision.latency_ms,
+                    retries=decision.retries,
+                )
+            )
+            history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
+            frame, png = next_frame, next_png
+            turn_index += 1
+            if decision.end_episode:
+                done = True
+            if len(self._turns) >= self.chunk:
+                self.flush()
+        self.flush()
+        return self.totals
+
+    def _add_frame(self, env: StudioEnv, pixels) -> tuple[Frame, bytes]:
+        encoded = encode_png(pixels)
+        sha256, name = self.store.put(encoded.png)
+        frame = Frame(
+            episode=self.episode,
+            step=env.step_count,
+            sha256=sha256,
+            image=name,
+            width=encoded.width,
+            height=encoded.height,
+            state=env.state(),
+        )
+        self._frames.append(frame)
+        return frame, encoded.png
+
+    def flush(self) -> None:
+        """Write pending frames and turns and renew the claim, all or nothing."""
+        with transaction.atomic():
+            renewed = Episode.objects.filter(
+                id=self.episode.id, claim_token=self.claim_token, status=Episode.Status.RUNNING
+            ).update(heartbeat_at=timezone.now(), steps=self.totals.steps)
+            if renewed != 1:
+                raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
+            Frame.objects.bulk_create(self._frames)
+            Turn.objects.bulk_create(self._turns)
+        self._frames.clear()
+        self._turns.clear()

@@ -1,0 +1,28 @@
+"""The Crafter score (Hafner 2021): the one place it is computed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from rollouts.crafter_env import ACHIEVEMENTS
+
+
+def success_rates(episode_achievements: Iterable[Iterable[str]]) -> dict[str, float]:
+    """Percent of episodes that unlocked each achievement at least once."""
+    counts = dict.fromkeys(ACHIEVEMENTS, 0)
+    episodes = 0
+    for unlocked in episode_achievements:
+        episodes += 1
+        for name in set(unlocked):
+            if name in counts:
+                counts[name] += 1
+    if not episodes:
+        return dict.fromkeys(ACHIEVEMENTS, 0.0)
+    return {name: 100.0 * n / episodes for name, n in counts.items()}
+
+
+def crafter_score(rates: Mapping[str, float]) -> float:
+    """exp(mean(ln(1 + s_i))) - 1 over the 22 achievements' success rates in percent."""
+    values = [rates.get(name, 0.0) for name in ACHIEVEMENTS]
+    return math.exp(sum(math.log(1 + s) for s in values) / len(values)) - 1

@@ -1,0 +1,57 @@
+"""Reads for rollouts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Avg, Count, Q, QuerySet, Sum
+
+from rollouts.models import Episode, RolloutBatch
+from rollouts.scoring import crafter_score, success_rates
+
+
+def batch_episode_counts(*, batch_id: int) -> dict[str, int]:
+    return Episode.objects.filter(batch_id=batch_id).aggregate(
+        total=Count("id"),
+        finished=Count("id", filter=Q(status=Episode.Status.FINISHED)),
+        failed=Count("id", filter=Q(status=Episode.Status.FAILED)),
+    )
+
+
+def batch_success_rates(*, batch_id: int) -> dict[str, float]:
+    achievements = Episode.objects.filter(
+        batch_id=batch_id, status=Episode.Status.FINISHED
+    ).values_list("achievements", flat=True)
+    return success_rates(a.keys() for a in achievements)
+
+
+def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
+    """The JSON line `rollout` prints last (SPEC section 4), plus model-call counters."""
+    finished = Episode.objects.filter(batch=batch, status=Episode.Status.FINISHED)
+    agg = finished.aggregate(
+        mean_steps=Avg("steps"),
+        mean_achievements=Avg("achievement_count"),
+        tool_calls=Sum("tool_calls"),
+    )
+    counts = batch_episode_counts(batch_id=batch.id)
+    batch.refresh_from_db()
+    return {
+        "batch_id": batch.id,
+        "episodes": counts["total"],
+        "finished": counts["finished"],
+        "failed": counts["failed"],
+        "mean_steps": round(agg["mean_steps"] or 0.0, 2),
+        "mean_achievements": round(agg["mean_achievements"] or 0.0, 3),
+        "crafter_score": round(crafter_score(batch_success_rates(batch_id=batch.id)), 3),
+        "total_tool_calls": agg["tool_calls"] or 0,
+        "model_calls": batch.model_calls,
+        "model_errors": batch.model_errors,
+        "model_retries": batch.model_retries,
+        "prompt_tokens": batch.prompt_tokens,
+        "completion_tokens": batch.completion_tokens,
+        "status": batch.status,
+    }
+
+
+def batches_recent() -> QuerySet[RolloutBatch]:
+    return RolloutBatch.objects.select_related("created_by").order_by("-created_at", "-id")

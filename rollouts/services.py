@@ -1,0 +1,225 @@
+"""Writes for rollouts: create batches, claim and record episodes, keep batch progress."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from typing import Literal
+
+from django.conf import settings as django_settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from rollouts.crafter_env import library_versions
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.policies import build_policy
+from rollouts.policies.base import PolicyUnavailable
+from rollouts.recorder import ClaimLost, EpisodeRecorder
+from rollouts.rollout_settings import RolloutSettings
+
+logger = logging.getLogger(__name__)
+
+EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
+
+
+def batch_create(*, settings: RolloutSettings, created_by=None, enqueue: bool = True) -> RolloutBatch:
+    """One batch, one pending episode per seed; enqueued on Celery once committed."""
+    versions = library_versions()
+    with transaction.atomic():
+        batch = RolloutBatch.objects.create(
+            name=settings.name,
+            policy=settings.policy,
+            model=settings.model,
+            endpoint=settings.base_url,
+            seeds=list(settings.seeds),
+            step_limit=settings.steps,
+            image_size=settings.image_size,
+            settings=settings.to_json(),
+            episodes_total=len(settings.seeds),
+            created_by=created_by,
+            crafter_version=versions["crafter"],
+            numpy_version=versions["numpy"],
+            opensimplex_version=versions["opensimplex"],
+        )
+        Episode.objects.bulk_create(Episode(batch=batch, seed=seed) for seed in settings.seeds)
+        if enqueue:
+            transaction.on_commit(lambda: batch_enqueue(batch=batch))
+    return batch
+
+
+def batch_enqueue(*, batch: RolloutBatch) -> int:
+    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play."""
+    from rollouts.tasks import episode_run
+
+    ids = list(
+        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        .order_by("seed")
+        .values_list("id", flat=True)
+    )
+    for episode_id in ids:
+        episode_run.delay(episode_id)
+    return len(ids)
+
+
+def batch_settings(batch: RolloutBatch) -> RolloutSettings:
+    return RolloutSettings.from_json(batch.settings)
+
+
+def episode_claim(*, episode_id: int) -> str | None:
+    """Take the episode if it is pending, or running with a stale heartbeat (its worker died)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
+    token = uuid.uuid4().hex
+    claimed = (
+        Episode.objects.filter(id=episode_id)
+        .filter(
+            Q(status=Episode.Status.PENDING)
+            | Q(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
+        )
+        .update(
+            status=Episode.Status.RUNNING,
+            claim_token=token,
+            heartbeat_at=now,
+            started_at=now,
+            attempts=F("attempts") + 1,
+            error="",
+        )
+    )
+    if claimed != 1:
+        return None
+    RolloutBatch.objects.filter(
+        episodes__id=episode_id, status=RolloutBatch.Status.PENDING
+    ).update(status=RolloutBatch.Status.RUNNING, started_at=now)
+    return token
+
+
+def episode_run(*, episode_id: int) -> EpisodeOutcome:
+    """Claim, (re)play from the start and record one episode. Idempotent."""
+    token = episode_claim(episode_id=episode_id)
+    if token is None:
+        status = Episode.objects.filter(id=episode_id).values_list("status", flat=True).first()
+        if status in (Episode.Status.FINISHED, Episode.Status.FAILED, None):
+            return "done_already"
+        return "busy"
+    episode = Episode.objects.select_related("batch").get(id=episode_id)
+    # A previous attempt may have left part of the episode: replace it, never add to it.
+    with transaction.atomic():
+        Turn.objects.filter(episode=episode).delete()
+        Frame.objects.filter(episode=episode).delete()
+    settings = batch_settings(episode.batch)
+    policy = build_policy(settings, seed=int(episode.seed))
+    recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
+    try:
+        totals = recorder.play()
+    except ClaimLost:
+        logger.warning("episode %s: claim lost, leaving it to its new owner", episode_id)
+        return "claim_lost"
+    except PolicyUnavailable as exc:
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=recorder.totals)
+        batch_fail(batch=episode.batch, error=str(exc))
+        return "failed"
+    except Exception as exc:  # a poison episode is set aside, never retried forever
+        logger.exception("episode %s failed", episode_id)
+        episode_fail(
+            episode=episode,
+            claim_token=token,
+            error=f"{type(exc).__name__}: {exc}",
+            totals=recorder.totals,
+        )
+        return "failed"
+    finally:
+        policy.close()
+    episode_finish(episode=episode, claim_token=token, totals=totals)
+    return "finished"
+
+
+def episode_finish(*, episode: Episode, claim_token: str, totals) -> None:
+    _episode_end(
+        episode=episode,
+        claim_token=claim_token,
+        status=Episode.Status.FINISHED,
+        error="",
+        totals=totals,
+    )
+
+
+def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> None:
+    _episode_end(
+        episode=episode,
+        claim_token=claim_token,
+        status=Episode.Status.FAILED,
+        error=error[:4000],
+        totals=totals,
+    )
+
+
+def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        ended = Episode.objects.filter(
+            id=episode.id, claim_token=claim_token, status=Episode.Status.RUNNING
+        ).update(status=status, error=error, finished_at=now, heartbeat_at=now, **totals.as_fields())
+        if ended != 1:
+            return
+        counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
+        RolloutBatch.objects.filter(id=episode.batch_id).update(
+            **{counter: F(counter) + 1},
+            model_calls=F("model_calls") + totals.model_calls,
+            model_errors=F("model_errors") + totals.model_errors + totals.bad_outputs,
+            model_retries=F("model_retries") + totals.model_retries,
+            prompt_tokens=F("prompt_tokens") + totals.prompt_tokens,
+            completion_tokens=F("completion_tokens") + totals.completion_tokens,
+        )
+        # The last episode to end closes the batch (exactly once: a conditional UPDATE).
+        RolloutBatch.objects.filter(
+            id=episode.batch_id,
+            episodes_total__lte=F("episodes_finished") + F("episodes_failed"),
+            status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING],
+        ).update(
+            status=RolloutBatch.Status.FINISHED,
+            finished_at=now,
+        )
+
+
+def batch_fail(*, batch: RolloutBatch, error: str) -> None:
+    """Stop a batch that cannot go on (its endpoint is down): pending episodes fail at once."""
+    now = timezone.now()
+    with transaction.atomic():
+        skipped = Episode.objects.filter(batch=batch, status=Episode.Status.PENDING).update(
+            status=Episode.Status.FAILED, error=f"batch stopped: {error}"[:4000], finished_at=now
+        )
+        RolloutBatch.objects.filter(id=batch.id).update(
+            episodes_failed=F("episodes_failed") + skipped,
+        )
+        RolloutBatch.objects.filter(
+            id=batch.id, status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING]
+        ).update(status=RolloutBatch.Status.FAILED, error=error[:4000])
+    # Episodes still running elsewhere end on their own and count themselves.
+    RolloutBatch.objects.filter(
+        id=batch.id, episodes_total__lte=F("episodes_finished") + F("episodes_failed")
+    ).update(finished_at=now)
+
+
+def episodes_requeue_stale() -> int:
+    """Re-send episodes whose worker died (stale heartbeat) or whose message was lost."""
+    from rollouts.tasks import episode_run as episode_run_task
+
+    stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
+    ids = list(
+        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale).values_list(
+            "id", flat=True
+        )
+    )
+    for episode_id in ids:
+        episode_run_task.delay(episode_id)
+    return len(ids)
+
+
+def batch_resume(*, batch: RolloutBatch) -> int:
+    """Re-run what did not finish: pending episodes and running ones whose worker died."""
+    RolloutBatch.objects.filter(id=batch.id, status=RolloutBatch.Status.FINISHED).exclude(
+        episodes_total__lte=F("episodes_finished") + F("episodes_failed")
+    ).update(status=RolloutBatch.Status.RUNNING)
+    return batch_enqueue(batch=batch)

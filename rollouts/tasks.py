@@ -1,0 +1,29 @@
+"""Celery tasks: thin, take an id, call a service. Safe to deliver twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from rollouts import services
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=6 * 3600,
+    time_limit=6 * 3600 + 120,
+    max_retries=None,
+)
+def episode_run(self, episode_id: int) -> str:
+    outcome = services.episode_run(episode_id=episode_id)
+    if outcome == "busy":
+        # Another worker holds a fresh claim; come back once it would count as stale.
+        raise self.retry(countdown=settings.STUDIO_EPISODE_STALE_SECONDS)
+    return outcome
+
+
+@shared_task(acks_late=True, time_limit=300)
+def episodes_requeue_stale() -> int:
+    return services.episodes_requeue_stale()

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from rollouts import views
+
+app_name = "rollouts"
+urlpatterns = [
+    path("rollouts/", views.batch_list, name="batch_list"),
+]

@@ -1,0 +1,1 @@
+"""Training jobs: configs, providers, submissions."""
