@@ -21,7 +21,7 @@ from typing import Any
 
 import crafter
 import numpy as np
-from crafter import constants, engine, objects
+from crafter import constants, engine
 from PIL import Image
 
 AREA = (64, 64)

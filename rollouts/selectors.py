@@ -55,3 +55,9 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
 
 def batches_recent() -> QuerySet[RolloutBatch]:
     return RolloutBatch.objects.select_related("created_by").order_by("-created_at", "-id")
+
+
+def frame_exists(*, sha256: str) -> bool:
+    from rollouts.models import Frame
+
+    return Frame.objects.filter(sha256=sha256).exists()

@@ -1,0 +1,81 @@
+"""Fixtures shared by every app's tests: storage, personas, a real Celery worker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+
+@pytest.fixture(autouse=True)
+def media_storage(settings, tmp_path) -> str:
+    """Each test writes frames and exports under its own temporary media root."""
+    root = str(tmp_path / "media")
+    settings.STUDIO_MEDIA_ROOT = root
+    settings.MEDIA_ROOT = root
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": root},
+        },
+    }
+    return root
+
+
+@pytest.fixture
+def viewer(db) -> User:
+    return User.objects.create_user("viewer", password="viewer-pass-123")
+
+
+@pytest.fixture
+def editor(db) -> User:
+    user = User.objects.create_user("editor", password="editor-pass-123")
+    user.user_permissions.add(Permission.objects.get(codename="review_turn"))
+    return user
+
+
+@pytest.fixture
+def admin_user(db) -> User:
+    return User.objects.create_superuser("admin", password="admin-pass-123")
+
+
+@pytest.fixture
+def viewer_client(client, viewer):
+    client.force_login(viewer)
+    return client
+
+
+@pytest.fixture
+def editor_client(client, editor):
+    client.force_login(editor)
+    return client
+
+
+@pytest.fixture
+def celery_worker(transactional_db, settings) -> Iterator[object]:
+    """A real Celery worker, in a thread of this process, consuming from the real broker.
+
+    Needs `transactional_db`: the worker's connection must see what the test committed.
+    """
+    from celery.contrib.testing.worker import start_worker
+
+    from studio.celery import app
+
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if not broker.startswith("redis://"):
+        pytest.fail("tests need CELERY_BROKER_URL=redis://... (make test sets it)")
+    app.conf.broker_url = broker
+    app.conf.task_always_eager = False
+    _purge(app)
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False,
+                      shutdown_timeout=30) as worker:
+        yield worker
+    _purge(app)
+
+
+def _purge(app) -> None:
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("celery")
