@@ -70,8 +70,9 @@ def celery_worker(transactional_db, settings) -> Iterator[object]:
     app.conf.broker_url = broker
     app.conf.task_always_eager = False
     _purge(app)
-    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False,
-                      shutdown_timeout=30) as worker:
+    with start_worker(
+        app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30
+    ) as worker:
         yield worker
     _purge(app)
 

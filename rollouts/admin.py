@@ -6,8 +6,16 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 @admin.register(RolloutBatch)
 class RolloutBatchAdmin(admin.ModelAdmin):
     list_display = [
-        "id", "name", "policy", "model", "status", "episodes_total", "episodes_finished",
-        "episodes_failed", "created_by", "created_at",
+        "id",
+        "name",
+        "policy",
+        "model",
+        "status",
+        "episodes_total",
+        "episodes_finished",
+        "episodes_failed",
+        "created_by",
+        "created_at",
     ]
     list_filter = ["status", "policy", "model"]
     search_fields = ["name", "model", "endpoint"]
@@ -17,7 +25,14 @@ class RolloutBatchAdmin(admin.ModelAdmin):
 @admin.register(Episode)
 class EpisodeAdmin(admin.ModelAdmin):
     list_display = [
-        "id", "batch", "seed", "status", "steps", "total_reward", "achievement_count", "attempts",
+        "id",
+        "batch",
+        "seed",
+        "status",
+        "steps",
+        "total_reward",
+        "achievement_count",
+        "attempts",
     ]
     list_filter = ["status", "batch__policy"]
     search_fields = ["batch__name", "seed"]

@@ -83,8 +83,17 @@ class StudioEnv(crafter.Env):
         return super().render(size)
 
     def _balance_object(
-        self, chunk, objs, cls, material, span_dist, despan_dist, spawn_prob, despawn_prob,
-        ctor, target_fn,
+        self,
+        chunk,
+        objs,
+        cls,
+        material,
+        span_dist,
+        despan_dist,
+        spawn_prob,
+        despawn_prob,
+        ctor,
+        target_fn,
     ) -> None:
         # Same as crafter's, but `objs` (a set) is ordered by position before indexing.
         xmin, xmax, ymin, ymax = chunk

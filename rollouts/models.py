@@ -54,7 +54,9 @@ class RolloutBatch(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.CheckConstraint(condition=Q(step_limit__gte=1), name="batch_step_limit_positive"),
+            models.CheckConstraint(
+                condition=Q(step_limit__gte=1), name="batch_step_limit_positive"
+            ),
             models.CheckConstraint(
                 condition=Q(image_size__gte=9) & Q(image_size__lte=1024),
                 name="batch_image_size_range",
@@ -151,9 +153,9 @@ class Turn(models.Model):
     index = models.PositiveIntegerField()
     frame = models.ForeignKey(Frame, on_delete=models.PROTECT, related_name="turns")
     observation_text = models.TextField(blank=True)
-    # Chat messages as sent; image parts hold {"frame": <Frame id>} instead of base64.
+    # Chat messages as sent; image parts hold {"frame_step": N} instead of base64.
     request_messages = models.JSONField(default=list, blank=True)
-    model_text = models.TextField(blank=True, null=True)
+    model_text = models.TextField(blank=True, null=True)  # noqa: DJ001  null = no text at all
     reasoning_text = models.TextField(blank=True)
     tool_calls = models.JSONField(default=list, blank=True)
     actions = models.JSONField(default=list, blank=True)

@@ -105,13 +105,17 @@ class RolloutSettings:
         if not 1 <= self.concurrency <= 256:
             raise SettingsError(f"concurrency: {self.concurrency} is not between 1 and 256")
         if self.image_detail not in IMAGE_DETAILS:
-            raise SettingsError(f"image-detail: {self.image_detail!r} is not one of {IMAGE_DETAILS}")
+            raise SettingsError(
+                f"image-detail: {self.image_detail!r} is not one of {IMAGE_DETAILS}"
+            )
         if self.observation_mode not in OBSERVATION_MODES:
             raise SettingsError(
                 f"observation-mode: {self.observation_mode!r} is not one of {OBSERVATION_MODES}"
             )
         if self.on_bad_output not in ON_BAD_OUTPUT:
-            raise SettingsError(f"on-bad-output: {self.on_bad_output!r} is not one of {ON_BAD_OUTPUT}")
+            raise SettingsError(
+                f"on-bad-output: {self.on_bad_output!r} is not one of {ON_BAD_OUTPUT}"
+            )
         if not 0 <= self.max_retries <= 20:
             raise SettingsError(f"max-retries: {self.max_retries} is not between 0 and 20")
         if not 0 < self.request_timeout <= 600:

@@ -24,7 +24,9 @@ logger = logging.getLogger(__name__)
 EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
 
 
-def batch_create(*, settings: RolloutSettings, created_by=None, enqueue: bool = True) -> RolloutBatch:
+def batch_create(
+    *, settings: RolloutSettings, created_by=None, enqueue: bool = True
+) -> RolloutBatch:
     """One batch, one pending episode per seed; enqueued on Celery once committed."""
     versions = library_versions()
     with transaction.atomic():
@@ -89,9 +91,9 @@ def episode_claim(*, episode_id: int) -> str | None:
     )
     if claimed != 1:
         return None
-    RolloutBatch.objects.filter(
-        episodes__id=episode_id, status=RolloutBatch.Status.PENDING
-    ).update(status=RolloutBatch.Status.RUNNING, started_at=now)
+    RolloutBatch.objects.filter(episodes__id=episode_id, status=RolloutBatch.Status.PENDING).update(
+        status=RolloutBatch.Status.RUNNING, started_at=now
+    )
     return token
 
 
@@ -160,7 +162,9 @@ def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str,
     with transaction.atomic():
         ended = Episode.objects.filter(
             id=episode.id, claim_token=claim_token, status=Episode.Status.RUNNING
-        ).update(status=status, error=error, finished_at=now, heartbeat_at=now, **totals.as_fields())
+        ).update(
+            status=status, error=error, finished_at=now, heartbeat_at=now, **totals.as_fields()
+        )
         if ended != 1:
             return
         counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,151 +14,277 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Episode',
+            name="Episode",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seed', models.BigIntegerField()),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('finished', 'Finished'), ('failed', 'Failed')], default='pending', max_length=20)),
-                ('steps', models.PositiveIntegerField(default=0)),
-                ('total_reward', models.FloatField(default=0.0)),
-                ('achievements', models.JSONField(blank=True, default=dict)),
-                ('achievement_count', models.PositiveSmallIntegerField(default=0)),
-                ('tool_calls', models.PositiveIntegerField(default=0)),
-                ('model_calls', models.PositiveIntegerField(default=0)),
-                ('model_errors', models.PositiveIntegerField(default=0)),
-                ('model_retries', models.PositiveIntegerField(default=0)),
-                ('bad_outputs', models.PositiveIntegerField(default=0)),
-                ('prompt_tokens', models.PositiveBigIntegerField(default=0)),
-                ('completion_tokens', models.PositiveBigIntegerField(default=0)),
-                ('error', models.TextField(blank=True)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('claim_token', models.CharField(blank=True, max_length=64)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seed", models.BigIntegerField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("finished", "Finished"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("steps", models.PositiveIntegerField(default=0)),
+                ("total_reward", models.FloatField(default=0.0)),
+                ("achievements", models.JSONField(blank=True, default=dict)),
+                ("achievement_count", models.PositiveSmallIntegerField(default=0)),
+                ("tool_calls", models.PositiveIntegerField(default=0)),
+                ("model_calls", models.PositiveIntegerField(default=0)),
+                ("model_errors", models.PositiveIntegerField(default=0)),
+                ("model_retries", models.PositiveIntegerField(default=0)),
+                ("bad_outputs", models.PositiveIntegerField(default=0)),
+                ("prompt_tokens", models.PositiveBigIntegerField(default=0)),
+                ("completion_tokens", models.PositiveBigIntegerField(default=0)),
+                ("error", models.TextField(blank=True)),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("claim_token", models.CharField(blank=True, max_length=64)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['batch_id', 'seed'],
+                "ordering": ["batch_id", "seed"],
             },
         ),
         migrations.CreateModel(
-            name='Frame',
+            name="Frame",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step', models.PositiveIntegerField()),
-                ('sha256', models.CharField(db_index=True, max_length=64)),
-                ('image', models.FileField(max_length=200, upload_to='')),
-                ('width', models.PositiveSmallIntegerField()),
-                ('height', models.PositiveSmallIntegerField()),
-                ('state', models.JSONField(blank=True, default=dict)),
-                ('episode', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='frames', to='rollouts.episode')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("step", models.PositiveIntegerField()),
+                ("sha256", models.CharField(db_index=True, max_length=64)),
+                ("image", models.FileField(max_length=200, upload_to="")),
+                ("width", models.PositiveSmallIntegerField()),
+                ("height", models.PositiveSmallIntegerField()),
+                ("state", models.JSONField(blank=True, default=dict)),
+                (
+                    "episode",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="frames",
+                        to="rollouts.episode",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['episode_id', 'step'],
+                "ordering": ["episode_id", "step"],
             },
         ),
         migrations.CreateModel(
-            name='RolloutBatch',
+            name="RolloutBatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('policy', models.CharField(choices=[('scripted', 'Scripted'), ('random', 'Random'), ('openai', 'Openai'), ('imported', 'Imported')], max_length=20)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('endpoint', models.CharField(blank=True, help_text='Base URL; never a key.', max_length=500)),
-                ('seeds', models.JSONField(default=list)),
-                ('step_limit', models.PositiveIntegerField(default=256)),
-                ('image_size', models.PositiveIntegerField(default=64)),
-                ('settings', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('finished', 'Finished'), ('failed', 'Failed'), ('canceled', 'Canceled')], default='pending', max_length=20)),
-                ('error', models.TextField(blank=True)),
-                ('episodes_total', models.PositiveIntegerField(default=0)),
-                ('episodes_finished', models.PositiveIntegerField(default=0)),
-                ('episodes_failed', models.PositiveIntegerField(default=0)),
-                ('model_calls', models.PositiveIntegerField(default=0)),
-                ('model_errors', models.PositiveIntegerField(default=0)),
-                ('model_retries', models.PositiveIntegerField(default=0)),
-                ('prompt_tokens', models.PositiveBigIntegerField(default=0)),
-                ('completion_tokens', models.PositiveBigIntegerField(default=0)),
-                ('crafter_version', models.CharField(blank=True, max_length=40)),
-                ('numpy_version', models.CharField(blank=True, max_length=40)),
-                ('opensimplex_version', models.CharField(blank=True, max_length=40)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=200)),
+                (
+                    "policy",
+                    models.CharField(
+                        choices=[
+                            ("scripted", "Scripted"),
+                            ("random", "Random"),
+                            ("openai", "Openai"),
+                            ("imported", "Imported"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=200)),
+                (
+                    "endpoint",
+                    models.CharField(
+                        blank=True, help_text="Base URL; never a key.", max_length=500
+                    ),
+                ),
+                ("seeds", models.JSONField(default=list)),
+                ("step_limit", models.PositiveIntegerField(default=256)),
+                ("image_size", models.PositiveIntegerField(default=64)),
+                ("settings", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("finished", "Finished"),
+                            ("failed", "Failed"),
+                            ("canceled", "Canceled"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("episodes_total", models.PositiveIntegerField(default=0)),
+                ("episodes_finished", models.PositiveIntegerField(default=0)),
+                ("episodes_failed", models.PositiveIntegerField(default=0)),
+                ("model_calls", models.PositiveIntegerField(default=0)),
+                ("model_errors", models.PositiveIntegerField(default=0)),
+                ("model_retries", models.PositiveIntegerField(default=0)),
+                ("prompt_tokens", models.PositiveBigIntegerField(default=0)),
+                ("completion_tokens", models.PositiveBigIntegerField(default=0)),
+                ("crafter_version", models.CharField(blank=True, max_length=40)),
+                ("numpy_version", models.CharField(blank=True, max_length=40)),
+                ("opensimplex_version", models.CharField(blank=True, max_length=40)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='episode',
-            name='batch',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='episodes', to='rollouts.rolloutbatch'),
+            model_name="episode",
+            name="batch",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="episodes",
+                to="rollouts.rolloutbatch",
+            ),
         ),
         migrations.CreateModel(
-            name='Turn',
+            name="Turn",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('observation_text', models.TextField(blank=True)),
-                ('request_messages', models.JSONField(blank=True, default=list)),
-                ('model_text', models.TextField(blank=True, null=True)),
-                ('reasoning_text', models.TextField(blank=True)),
-                ('tool_calls', models.JSONField(blank=True, default=list)),
-                ('actions', models.JSONField(blank=True, default=list)),
-                ('reward', models.FloatField(default=0.0)),
-                ('achievements_unlocked', models.JSONField(blank=True, default=list)),
-                ('error', models.TextField(blank=True)),
-                ('error_kind', models.CharField(blank=True, max_length=40)),
-                ('finish_reason', models.CharField(blank=True, max_length=40)),
-                ('text_fallback', models.BooleanField(default=False, help_text='Actions parsed from text.')),
-                ('prompt_tokens', models.PositiveIntegerField(default=0)),
-                ('completion_tokens', models.PositiveIntegerField(default=0)),
-                ('latency_ms', models.PositiveIntegerField(default=0)),
-                ('retries', models.PositiveSmallIntegerField(default=0)),
-                ('flagged', models.BooleanField(db_index=True, default=False)),
-                ('note', models.TextField(blank=True)),
-                ('reviewed_at', models.DateTimeField(blank=True, null=True)),
-                ('episode', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='turns', to='rollouts.episode')),
-                ('frame', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='turns', to='rollouts.frame')),
-                ('reviewed_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("observation_text", models.TextField(blank=True)),
+                ("request_messages", models.JSONField(blank=True, default=list)),
+                ("model_text", models.TextField(blank=True, null=True)),
+                ("reasoning_text", models.TextField(blank=True)),
+                ("tool_calls", models.JSONField(blank=True, default=list)),
+                ("actions", models.JSONField(blank=True, default=list)),
+                ("reward", models.FloatField(default=0.0)),
+                ("achievements_unlocked", models.JSONField(blank=True, default=list)),
+                ("error", models.TextField(blank=True)),
+                ("error_kind", models.CharField(blank=True, max_length=40)),
+                ("finish_reason", models.CharField(blank=True, max_length=40)),
+                (
+                    "text_fallback",
+                    models.BooleanField(default=False, help_text="Actions parsed from text."),
+                ),
+                ("prompt_tokens", models.PositiveIntegerField(default=0)),
+                ("completion_tokens", models.PositiveIntegerField(default=0)),
+                ("latency_ms", models.PositiveIntegerField(default=0)),
+                ("retries", models.PositiveSmallIntegerField(default=0)),
+                ("flagged", models.BooleanField(db_index=True, default=False)),
+                ("note", models.TextField(blank=True)),
+                ("reviewed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "episode",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="turns",
+                        to="rollouts.episode",
+                    ),
+                ),
+                (
+                    "frame",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="turns",
+                        to="rollouts.frame",
+                    ),
+                ),
+                (
+                    "reviewed_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['episode_id', 'index'],
-                'permissions': [('review_turn', 'Can flag and annotate turns and start batches')],
+                "ordering": ["episode_id", "index"],
+                "permissions": [("review_turn", "Can flag and annotate turns and start batches")],
             },
         ),
         migrations.AddConstraint(
-            model_name='frame',
-            constraint=models.UniqueConstraint(fields=('episode', 'step'), name='frame_unique_episode_step'),
+            model_name="frame",
+            constraint=models.UniqueConstraint(
+                fields=("episode", "step"), name="frame_unique_episode_step"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='frame',
-            constraint=models.CheckConstraint(condition=models.Q(('sha256__regex', '^[0-9a-f]{64}$')), name='frame_sha256_hex'),
+            model_name="frame",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("sha256__regex", "^[0-9a-f]{64}$")), name="frame_sha256_hex"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rolloutbatch',
-            constraint=models.CheckConstraint(condition=models.Q(('step_limit__gte', 1)), name='batch_step_limit_positive'),
+            model_name="rolloutbatch",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("step_limit__gte", 1)), name="batch_step_limit_positive"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rolloutbatch',
-            constraint=models.CheckConstraint(condition=models.Q(('image_size__gte', 9), ('image_size__lte', 1024)), name='batch_image_size_range'),
+            model_name="rolloutbatch",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("image_size__gte", 9), ("image_size__lte", 1024)),
+                name="batch_image_size_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rolloutbatch',
-            constraint=models.CheckConstraint(condition=models.Q(('episodes_finished__lte', models.F('episodes_total')), ('episodes_failed__lte', models.F('episodes_total'))), name='batch_progress_within_total'),
+            model_name="rolloutbatch",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("episodes_finished__lte", models.F("episodes_total")),
+                    ("episodes_failed__lte", models.F("episodes_total")),
+                ),
+                name="batch_progress_within_total",
+            ),
         ),
         migrations.AddIndex(
-            model_name='episode',
-            index=models.Index(fields=['status', 'heartbeat_at'], name='rollouts_ep_status_d9986e_idx'),
+            model_name="episode",
+            index=models.Index(
+                fields=["status", "heartbeat_at"], name="rollouts_ep_status_d9986e_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='episode',
-            constraint=models.UniqueConstraint(fields=('batch', 'seed'), name='episode_unique_batch_seed'),
+            model_name="episode",
+            constraint=models.UniqueConstraint(
+                fields=("batch", "seed"), name="episode_unique_batch_seed"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='turn',
-            constraint=models.UniqueConstraint(fields=('episode', 'index'), name='turn_unique_episode_index'),
+            model_name="turn",
+            constraint=models.UniqueConstraint(
+                fields=("episode", "index"), name="turn_unique_episode_index"
+            ),
         ),
     ]

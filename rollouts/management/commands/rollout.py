@@ -48,7 +48,9 @@ class Command(StudioCommand):
         parser.add_argument("--request-timeout", type=float, default=60.0)
         parser.add_argument("--requests-per-minute", type=int, default=0)
         parser.add_argument(
-            "--resume", type=int, metavar="BATCH_ID",
+            "--resume",
+            type=int,
+            metavar="BATCH_ID",
             help="re-run the unfinished episodes of an existing batch",
         )
         mode = parser.add_mutually_exclusive_group()
