@@ -1,0 +1,177 @@
+"""`manage.py rollout` as a user runs it: a real process, a real broker, a real worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from django.core.management import call_command
+
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.tests.helpers import ROOT, manage, record_batch, subprocess_env
+
+SUMMARY_KEYS = {
+    "batch_id",
+    "episodes",
+    "finished",
+    "failed",
+    "mean_steps",
+    "mean_achievements",
+    "crafter_score",
+    "total_tool_calls",
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "random", "--seeds", "x"], "seeds: 'x' is not a seed"),
+        (["--policy", "random", "--seeds", "5-2"], "ends before it starts"),
+        (["--policy", "random", "--steps", "0"], "steps: 0 is not between"),
+        (["--policy", "scripted", "--actions", "jump"], "unknown action 'jump'"),
+        (["--policy", "telepathy"], "invalid choice: 'telepathy'"),
+        (["--policy", "random", "--steps", "many"], "invalid int value: 'many'"),
+        (["--policy", "openai"], "the openai policy needs --model"),
+        (["--seeds", "1"], "--policy is required"),
+    ],
+)
+def test_it_refuses_bad_input_with_one_line_and_writes_nothing(transactional_db, args, message):
+    result = manage("rollout", *args, "--inline", env=subprocess_env())
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert result.stdout == ""
+    assert RolloutBatch.objects.count() == Episode.objects.count() == 0
+
+
+def test_it_plays_inline_and_prints_the_summary_last(transactional_db):
+    result = manage(
+        "rollout",
+        "--policy",
+        "scripted",
+        "--seeds",
+        "1,3-4",
+        "--steps",
+        "30",
+        "--inline",
+        env=subprocess_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(summary) >= SUMMARY_KEYS
+    assert (summary["episodes"], summary["finished"], summary["failed"]) == (3, 3, 0)
+    assert summary["mean_steps"] == 30
+    batch = RolloutBatch.objects.get(id=summary["batch_id"])
+    assert batch.seeds == [1, 3, 4]
+    assert batch.status == RolloutBatch.Status.FINISHED
+    assert batch.crafter_version == "1.8.3"
+    assert batch.numpy_version and batch.opensimplex_version
+    assert Turn.objects.filter(episode__batch=batch).count() == 90
+
+
+def test_it_runs_episodes_on_a_celery_worker_and_waits(celery_worker, capsys):
+    call_command("rollout", "--policy", "random", "--seeds", "0-3", "--steps", "25", "--wait")
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["episodes"], summary["finished"], summary["failed"]) == (4, 4, 0)
+    batch = RolloutBatch.objects.get(id=summary["batch_id"])
+    assert batch.status == RolloutBatch.Status.FINISHED
+    assert batch.episodes_finished == 4
+    assert Turn.objects.filter(episode__batch=batch).count() == 100
+
+
+def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings):
+    """SIGKILL a worker while it records; re-running the batch leaves one copy of every turn."""
+    broker = os.environ["CELERY_BROKER_URL"]
+    env = subprocess_env(STUDIO_RECORD_CHUNK="4", CELERY_BROKER_URL=broker)
+    _purge_queue(env)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "studio",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        started = manage(
+            "rollout",
+            "--policy",
+            "scripted",
+            "--actions",
+            "noop",
+            "--seeds",
+            "5",
+            "--steps",
+            "600",
+            env=env,
+        )
+        assert started.returncode == 0, started.stderr
+        batch_id = json.loads(started.stdout.strip().splitlines()[-1])["batch_id"]
+        episode = Episode.objects.get(batch_id=batch_id)
+        deadline = time.monotonic() + 120
+        while Turn.objects.filter(episode=episode).count() < 8:
+            assert time.monotonic() < deadline, "the worker never started recording"
+            time.sleep(0.02)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    episode.refresh_from_db()
+    assert episode.status == Episode.Status.RUNNING
+    partial = Turn.objects.filter(episode=episode).count()
+    assert 0 < partial < 600
+
+    # The dead worker's claim goes stale; the re-run takes the episode over and starts afresh.
+    settings.STUDIO_EPISODE_STALE_SECONDS = 1
+    time.sleep(1.5)
+    call_command("rollout", "--resume", str(batch_id), "--inline")
+    episode.refresh_from_db()
+    assert episode.status == Episode.Status.FINISHED
+    assert episode.attempts == 2
+    indexes = list(
+        Turn.objects.filter(episode=episode).order_by("index").values_list("index", flat=True)
+    )
+    assert indexes == list(range(episode.steps))
+    steps = list(
+        Frame.objects.filter(episode=episode).order_by("step").values_list("step", flat=True)
+    )
+    assert steps == list(range(episode.steps + 1))
+    batch = RolloutBatch.objects.get(id=batch_id)
+    assert (batch.episodes_finished, batch.episodes_failed, batch.status) == (1, 0, "finished")
+
+    clean = record_batch(policy="scripted", actions=("noop",), seeds=(5,), steps=600).episodes.get()
+    assert clean.steps == episode.steps
+    assert list(clean.frames.values_list("sha256", flat=True)) == list(
+        episode.frames.values_list("sha256", flat=True)
+    )
+
+
+def _purge_queue(env: dict[str, str]) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "studio", "purge", "-f"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=True,
+    )
