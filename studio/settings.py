@@ -106,6 +106,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "studio" / "static"]
+# Serve static files straight from the source tree: no collectstatic step for a self-hosted tool.
+WHITENOISE_USE_FINDERS = True
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 # Frame PNGs and exports. Served only through login-checked views, never as public media.
 STUDIO_MEDIA_ROOT = Path(env.str("STUDIO_MEDIA_ROOT", default=str(VAR_DIR / "media")))

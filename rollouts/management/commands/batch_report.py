@@ -1,0 +1,48 @@
+"""`python manage.py batch_report BATCH_ID [--json]`: success rates and the Crafter score."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rollouts import selectors
+from rollouts.models import RolloutBatch
+from rollouts.scoring import crafter_score
+from studio.commands import StudioCommand, usage_error
+
+
+class Command(StudioCommand):
+    help = "Per-achievement success rates and the Crafter score of a batch."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("batch_id", type=int)
+        parser.add_argument("--json", action="store_true", help="one JSON object instead")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        batch = RolloutBatch.objects.filter(id=options["batch_id"]).first()
+        if batch is None:
+            raise usage_error(f"there is no batch {options['batch_id']}")
+        rates = selectors.batch_success_rates(batch_id=batch.id)
+        summary = selectors.batch_summary(batch=batch)
+        report = {
+            "batch_id": batch.id,
+            "policy": batch.policy,
+            "model": batch.model,
+            "episodes": summary["episodes"],
+            "finished": summary["finished"],
+            "failed": summary["failed"],
+            "success_rates": {k: round(v, 2) for k, v in rates.items()},
+            "crafter_score": round(crafter_score(rates), 3),
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(report))
+            return
+        self.stdout.write(
+            f"Batch {batch.id} ({batch.policy}{' ' + batch.model if batch.model else ''}): "
+            f"{summary['finished']} finished, {summary['failed']} failed of {summary['episodes']}"
+        )
+        width = max(len(name) for name in rates)
+        self.stdout.write(f"{'achievement'.ljust(width)}  success %")
+        for name, rate in rates.items():
+            self.stdout.write(f"{name.ljust(width)}  {rate:9.1f}")
+        self.stdout.write(f"{'Crafter score'.ljust(width)}  {report['crafter_score']:9.3f}")

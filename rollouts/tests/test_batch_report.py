@@ -1,0 +1,37 @@
+import json
+
+import pytest
+from django.core.management import call_command
+
+from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.scoring import crafter_score, success_rates
+from rollouts.tests.helpers import manage, record_batch, subprocess_env
+
+
+def test_it_computes_the_crafter_score_of_the_paper():
+    # Every achievement at 100%: exp(mean(ln 101)) - 1 = 100; none: 0.
+    assert crafter_score(dict.fromkeys(ACHIEVEMENTS, 100.0)) == pytest.approx(100.0)
+    assert crafter_score({}) == 0.0
+    rates = success_rates([["collect_wood"], ["collect_wood", "place_table"], []])
+    assert rates["collect_wood"] == pytest.approx(200 / 3)
+    assert rates["place_table"] == pytest.approx(100 / 3)
+
+
+@pytest.mark.django_db
+def test_it_reports_success_rates_as_json_and_as_a_table(capsys):
+    batch = record_batch(policy="scripted", seeds=(0, 1), steps=120)
+    call_command("batch_report", str(batch.id), "--json")
+    report = json.loads(capsys.readouterr().out)
+    unlocked = [set(e.achievements) for e in batch.episodes.all()]
+    for name in ACHIEVEMENTS:
+        assert report["success_rates"][name] == 50.0 * sum(name in u for u in unlocked)
+    assert report["crafter_score"] == round(crafter_score(report["success_rates"]), 3)
+    call_command("batch_report", str(batch.id))
+    table = capsys.readouterr().out
+    assert "Crafter score" in table and "collect_wood" in table
+
+
+def test_it_refuses_an_unknown_batch(transactional_db):
+    result = manage("batch_report", "999999", env=subprocess_env())
+    assert result.returncode == 2
+    assert result.stderr.strip() == "CommandError: there is no batch 999999"
