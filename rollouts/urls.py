@@ -5,5 +5,12 @@ from rollouts import views
 app_name = "rollouts"
 urlpatterns = [
     path("rollouts/", views.batch_list, name="batch_list"),
+    path("rollouts/new/", views.batch_create, name="batch_create"),
+    path("rollouts/<int:batch_id>/", views.batch_detail, name="batch_detail"),
+    path("episodes/<int:episode_id>/", views.episode_detail, name="episode_detail"),
+    path("turns/", views.turn_list, name="turn_list"),
+    path("turns/bulk-flag/", views.turns_bulk_flag, name="turns_bulk_flag"),
+    path("turns/<int:turn_id>/flag/", views.turn_flag, name="turn_flag"),
+    path("turns/<int:turn_id>/note/", views.turn_note, name="turn_note"),
     path("frames/<str:sha256>.png", views.frame_image, name="frame_image"),
 ]

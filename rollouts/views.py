@@ -1,32 +1,276 @@
+"""Pages of the review studio. Login is enforced for all of them by LoginRequiredMiddleware."""
+
+from __future__ import annotations
+
+import json
 import re
 
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotModified,
+    QueryDict,
+)
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from rollouts import selectors
+from rollouts import selectors, selectors_review, services, services_review
+from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.forms import (
+    BatchCreateForm,
+    BulkFlagForm,
+    FlagForm,
+    TurnFilterForm,
+    TurnNoteForm,
+)
 from rollouts.frame_store import FrameStore, frame_name
+from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.scoring import crafter_score
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+REVIEW_PERMISSION = "rollouts.review_turn"
+BATCHES_PER_PAGE = 25
+EPISODES_PER_PAGE = 100
+TURNS_PER_PAGE = 50
+POLL_SECONDS = 2
 
 
+@require_GET
 def batch_list(request: HttpRequest) -> HttpResponse:
-    page = Paginator(selectors.batches_recent(), 25).get_page(request.GET.get("page"))
-    return render(request, "rollouts/batch_list.html", {"page": page})
+    page = Paginator(selectors_review.batches_with_progress(), BATCHES_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    context = {
+        "page": page,
+        "poll": selectors_review.batches_any_active(),
+        "poll_seconds": POLL_SECONDS,
+    }
+    if request.htmx:
+        return render(request, "rollouts/partials/batch_table.html", context)
+    return render(request, "rollouts/batch_list.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def batch_create(request: HttpRequest) -> HttpResponse:
+    form = BatchCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        batch = services.batch_create(settings=form.rollout_settings, created_by=request.user)
+        messages.success(
+            request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
+        )
+        return redirect("rollouts:batch_detail", batch_id=batch.id)
+    return render(request, "rollouts/batch_new.html", {"form": form})
+
+
+@require_GET
+def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
+    try:
+        batch = selectors_review.batch_get(batch_id=batch_id)
+    except RolloutBatch.DoesNotExist as exc:
+        raise Http404("no such batch") from exc
+    sort = request.GET.get("sort", "seed")
+    if sort not in selectors_review.EPISODE_SORTS:
+        sort = "seed"
+    episodes = Paginator(
+        selectors_review.batch_episodes(batch_id=batch.id, sort=sort), EPISODES_PER_PAGE
+    ).get_page(request.GET.get("page"))
+    rates = selectors.batch_success_rates(batch_id=batch.id)
+    active = selectors_review.batch_is_active(batch=batch)
+    if request.htmx and not active and request.GET.get("poll"):
+        # The batch just ended: load the page once more, with final rates and no polling.
+        response = HttpResponse(status=204)
+        response["HX-Refresh"] = "true"
+        return response
+    context = {
+        "batch": batch,
+        "episodes": episodes,
+        "sort": sort,
+        "sort_columns": [
+            ("seed", "Seed"),
+            ("steps", "Steps"),
+            ("reward", "Reward"),
+            ("achievements", "Achievements"),
+        ],
+        "rates": [(name, rates.get(name, 0.0)) for name in ACHIEVEMENTS],
+        "score": crafter_score(rates),
+        "stats": selectors_review.batch_episode_stats(batch_id=batch.id),
+        "active": active,
+        "poll_seconds": POLL_SECONDS,
+        "settings_json": json.dumps(batch.settings, indent=2, sort_keys=True),
+    }
+    if request.htmx:
+        return render(request, "rollouts/partials/batch_body.html", context)
+    return render(request, "rollouts/batch_detail.html", context)
+
+
+@require_GET
+def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
+    try:
+        view = selectors_review.episode_view(episode_id=episode_id)
+    except Episode.DoesNotExist as exc:
+        raise Http404("no such episode") from exc
+    try:
+        start = int(request.GET.get("turn", "0"))
+    except ValueError:
+        start = 0
+    start = min(max(start, 0), max(len(view.turns) - 1, 0))
+    can_review = request.user.has_perm(REVIEW_PERMISSION)
+    config = {
+        "turnIndex": start,
+        "canReview": can_review,
+        "frameUrl": reverse("rollouts:frame_image", args=["0" * 64]),
+        "flagUrl": reverse("rollouts:turn_flag", args=[0]),
+        "noteUrl": reverse("rollouts:turn_note", args=[0]),
+    }
+    return render(
+        request,
+        "rollouts/episode_detail.html",
+        {
+            "episode": view.episode,
+            "batch": view.episode.batch,
+            "turns": view.turns,
+            "frame_count": view.frame_count,
+            "viewer_config": config,
+            "can_review": can_review,
+            "unlocked": sorted(view.episode.achievements.items(), key=lambda kv: kv[1]),
+        },
+    )
+
+
+@require_GET
+def turn_list(request: HttpRequest) -> HttpResponse:
+    form = TurnFilterForm(request.GET or None)
+    filters = form.filters() if form.is_valid() else None
+    if not form.is_bound:
+        filters = selectors_review.TurnFilters()
+    page = None
+    if filters is not None:
+        turns = selectors_review.turns_filtered(filters=filters)
+        page = Paginator(
+            selectors_review.turn_list_page_rows(turns=turns), TURNS_PER_PAGE
+        ).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "rollouts/turn_list.html",
+        {
+            "form": form,
+            "page": page,
+            "filter_query": _query_without(request.GET, "page"),
+            "choices": selectors_review.turn_filter_choices(),
+            "can_review": request.user.has_perm(REVIEW_PERMISSION),
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
+    """GET shows how many turns the filter matches; POST flags or unflags all of them."""
+    data = request.POST if request.method == "POST" else request.GET
+    form = TurnFilterForm(data)
+    flag_form = BulkFlagForm(data)
+    if not form.is_valid() or not flag_form.is_valid():
+        return HttpResponseBadRequest("invalid filters")
+    filters = form.filters()
+    flagged = flag_form.cleaned_data["set_flagged"]
+    turns = selectors_review.turns_filtered(filters=filters)
+    filter_query = _query_without(data, "page", "set_flagged", "csrfmiddlewaretoken")
+    if request.method == "POST":
+        changed = services_review.turns_bulk_flag(turns=turns, flagged=flagged, user=request.user)
+        verb = "Flagged" if flagged else "Unflagged"
+        messages.success(request, f"{verb} {changed} turns.")
+        return redirect(f"{reverse('rollouts:turn_list')}?{filter_query}")
+    return render(
+        request,
+        "rollouts/turns_bulk_confirm.html",
+        {
+            "form": form,
+            "filters": filters,
+            "flagged": flagged,
+            "count": turns.count(),
+            "already": turns.filter(flagged=flagged).count(),
+            "filter_query": filter_query,
+            "hidden": [(k, v) for k, v in data.items() if k in form.fields and v],
+        },
+    )
+
+
+@require_POST
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def turn_flag(request: HttpRequest, turn_id: int) -> HttpResponse:
+    turn = _turn_or_404(turn_id)
+    form = FlagForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest("flagged must be 1 or 0")
+    services_review.turn_flag(turn=turn, flagged=form.cleaned_data["flagged"], user=request.user)
+    return _review_response(request, turn, "rollouts/partials/turn_flag_button.html")
+
+
+@require_POST
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def turn_note(request: HttpRequest, turn_id: int) -> HttpResponse:
+    turn = _turn_or_404(turn_id)
+    form = TurnNoteForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest("; ".join(form.errors.get("note", ["invalid note"])))
+    services_review.turn_note(turn=turn, note=form.cleaned_data["note"], user=request.user)
+    return _review_response(request, turn, "rollouts/partials/turn_note_saved.html")
+
+
+def _turn_or_404(turn_id: int) -> Turn:
+    try:
+        return selectors_review.turn_get(turn_id=turn_id)
+    except Turn.DoesNotExist as exc:
+        raise Http404("no such turn") from exc
+
+
+def _review_response(request: HttpRequest, turn: Turn, template: str) -> HttpResponse:
+    if not request.htmx:
+        target = request.POST.get("next", "")
+        if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+            episode_url = reverse("rollouts:episode_detail", args=[turn.episode_id])
+            target = f"{episode_url}?turn={turn.index}"
+        return redirect(target)
+    response = render(request, template, {"turn": turn, "can_review": True})
+    # The viewer keeps its copy of the turn in step with what the server stored. The note
+    # itself stays out of the header: headers are small and proxies cap them.
+    event = {"id": turn.id, "flagged": turn.flagged, "note_length": len(turn.note)}
+    response["HX-Trigger"] = json.dumps({"studio:turn-reviewed": event})
+    return response
+
+
+def _query_without(params: QueryDict, *keys: str) -> str:
+    query = params.copy()
+    for key in keys:
+        query.pop(key, None)
+    return query.urlencode()
 
 
 @require_GET
 def frame_image(request: HttpRequest, sha256: str) -> HttpResponse:
     """A frame PNG by its sha256. The name is derived from the hash, never from user input."""
-    if not _SHA256.match(sha256) or not selectors.frame_exists(sha256=sha256):
+    if not _SHA256.match(sha256):
         raise Http404("no such frame")
-    try:
-        png = FrameStore().read(frame_name(sha256))
-    except FileNotFoundError as exc:
-        raise Http404("frame file missing") from exc
-    response = HttpResponse(png, content_type="image/png")
-    # Content-addressed: the bytes behind this URL never change.
+    etag = f'"{sha256}"'
+    if not selectors.frame_exists(sha256=sha256):
+        raise Http404("no such frame")
+    if request.headers.get("If-None-Match") == etag:
+        # Content-addressed: a client holding this ETag holds exactly these bytes.
+        response: HttpResponse = HttpResponseNotModified()
+    else:
+        try:
+            png = FrameStore().read(frame_name(sha256))
+        except FileNotFoundError as exc:
+            raise Http404("frame file missing") from exc
+        response = HttpResponse(png, content_type="image/png")
     response["Cache-Control"] = "private, max-age=31536000, immutable"
-    response["ETag"] = f'"{sha256}"'
+    response["ETag"] = etag
     return response

@@ -1,0 +1,256 @@
+"""Reads for the review pages: batch lists, episode viewer data, the filtered turn list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import Avg, Q, QuerySet
+
+from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
+
+ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
+
+# Sort keys a user may pick on the batch page -> the ORM ordering they stand for.
+EPISODE_SORTS: dict[str, tuple[str, ...]] = {
+    "seed": ("seed", "id"),
+    "-seed": ("-seed", "-id"),
+    "steps": ("steps", "seed"),
+    "-steps": ("-steps", "seed"),
+    "reward": ("total_reward", "seed"),
+    "-reward": ("-total_reward", "seed"),
+    "achievements": ("achievement_count", "seed"),
+    "-achievements": ("-achievement_count", "seed"),
+}
+
+
+def batches_with_progress() -> QuerySet[RolloutBatch]:
+    """Newest first, each with the mean achievement count of its finished episodes."""
+    return (
+        RolloutBatch.objects.select_related("created_by")
+        .annotate(
+            mean_achievements=Avg(
+                "episodes__achievement_count",
+                filter=Q(episodes__status=Episode.Status.FINISHED),
+            )
+        )
+        .order_by("-created_at", "-id")
+    )
+
+
+def batches_any_active() -> bool:
+    return RolloutBatch.objects.filter(status__in=ACTIVE_BATCH_STATUSES).exists()
+
+
+def batch_get(*, batch_id: int) -> RolloutBatch:
+    return RolloutBatch.objects.select_related("created_by").get(id=batch_id)
+
+
+def batch_is_active(*, batch: RolloutBatch) -> bool:
+    return batch.status in ACTIVE_BATCH_STATUSES
+
+
+def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
+    ordering = EPISODE_SORTS.get(sort, EPISODE_SORTS["seed"])
+    return (
+        Episode.objects.filter(batch_id=batch_id)
+        .defer("achievements", "claim_token")
+        .order_by(*ordering)
+    )
+
+
+def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
+    return Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
+        mean_steps=Avg("steps"),
+        mean_reward=Avg("total_reward"),
+        mean_achievements=Avg("achievement_count"),
+    )
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    episode: Episode
+    turns: list[dict[str, Any]]
+    frame_count: int
+
+
+def episode_view(*, episode_id: int) -> EpisodeView:
+    """Everything the viewer shows, in three queries whatever the episode length.
+
+    The turn panel is rendered in the browser from this data so that moving between turns
+    costs no request; every string in it is model output and is only ever set as text.
+    """
+    episode = Episode.objects.select_related("batch").get(id=episode_id)
+    frames = {
+        frame_id: (step, sha256, state)
+        for frame_id, step, sha256, state in Frame.objects.filter(episode_id=episode_id)
+        .order_by("step")
+        .values_list("id", "step", "sha256", "state")
+    }
+    sha_by_step = {step: sha for step, sha, _ in frames.values()}
+    turns: list[dict[str, Any]] = []
+    rows = (
+        Turn.objects.filter(episode_id=episode_id)
+        .order_by("index")
+        .values(
+            "id",
+            "index",
+            "frame_id",
+            "observation_text",
+            "request_messages",
+            "model_text",
+            "reasoning_text",
+            "tool_calls",
+            "actions",
+            "reward",
+            "achievements_unlocked",
+            "error",
+            "error_kind",
+            "finish_reason",
+            "text_fallback",
+            "prompt_tokens",
+            "completion_tokens",
+            "latency_ms",
+            "retries",
+            "flagged",
+            "note",
+        )
+    )
+    for row in rows:
+        step, sha256, state = frames.get(row["frame_id"], (None, "", {}))
+        seen_steps = request_image_steps(row["request_messages"])
+        # Baselines send no request: what they "saw" is the turn's own frame.
+        if not seen_steps and step is not None:
+            seen_steps = [step]
+        turns.append(
+            {
+                "id": row["id"],
+                "index": row["index"],
+                "step": step,
+                "frame": sha256,
+                "vitals": (state or {}).get("vitals", {}),
+                "inventory": (state or {}).get("inventory", {}),
+                "seen": [{"step": s, "frame": sha_by_step.get(s, "")} for s in seen_steps],
+                "observation": row["observation_text"],
+                "model_text": row["model_text"],
+                "reasoning": row["reasoning_text"],
+                "tool_calls": row["tool_calls"],
+                "actions": row["actions"],
+                "reward": row["reward"],
+                "unlocked": row["achievements_unlocked"],
+                "error": row["error"],
+                "error_kind": row["error_kind"],
+                "finish_reason": row["finish_reason"],
+                "text_fallback": row["text_fallback"],
+                "prompt_tokens": row["prompt_tokens"],
+                "completion_tokens": row["completion_tokens"],
+                "latency_ms": row["latency_ms"],
+                "retries": row["retries"],
+                "flagged": row["flagged"],
+                "note": row["note"],
+            }
+        )
+    return EpisodeView(episode=episode, turns=turns, frame_count=len(frames))
+
+
+def request_image_steps(messages: Any) -> list[int]:
+    """Frame steps of the image parts in stored request messages, in the order sent."""
+    steps: list[int] = []
+    if not isinstance(messages, list):
+        return steps
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            image = part.get("image_url")
+            step = image.get("frame_step") if isinstance(image, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                steps.append(step)
+    return steps
+
+
+@dataclass(frozen=True)
+class TurnFilters:
+    batch_id: int | None = None
+    model: str = ""
+    flagged: str = "any"  # any | only | exclude
+    has_error: str = "any"  # any | yes | no
+    achievement: str = ""
+
+    def is_empty(self) -> bool:
+        return self == TurnFilters()
+
+
+def turns_filtered(*, filters: TurnFilters) -> QuerySet[Turn]:
+    """Every turn matching the filters: the turn list and its bulk actions use this one query."""
+    turns = Turn.objects.all()
+    if filters.batch_id is not None:
+        turns = turns.filter(episode__batch_id=filters.batch_id)
+    if filters.model:
+        turns = turns.filter(episode__batch__model=filters.model)
+    if filters.flagged == "only":
+        turns = turns.filter(flagged=True)
+    elif filters.flagged == "exclude":
+        turns = turns.filter(flagged=False)
+    if filters.has_error == "yes":
+        turns = turns.exclude(error="")
+    elif filters.has_error == "no":
+        turns = turns.filter(error="")
+    if filters.achievement:
+        if filters.achievement not in ACHIEVEMENTS:
+            # An unknown name must not silently match nothing: forms reject it before here.
+            raise ValueError(f"unknown achievement {filters.achievement!r}")
+        turns = turns.filter(_unlocked_lookup(filters.achievement))
+    return turns
+
+
+def _unlocked_lookup(name: str) -> Q:
+    if connection.features.supports_json_field_contains:
+        return Q(achievements_unlocked__contains=[name])
+    # SQLite (the demo) has no JSON containment; the quoted name matches one list element.
+    return Q(achievements_unlocked__icontains=f'"{name}"')
+
+
+def turn_list_page_rows(*, turns: QuerySet[Turn]) -> QuerySet[Turn]:
+    """What a page of the turn list needs, without the heavy request and observation text."""
+    return (
+        turns.select_related("episode__batch", "frame")
+        .only(
+            "id",
+            "index",
+            "model_text",
+            "actions",
+            "reward",
+            "achievements_unlocked",
+            "error",
+            "error_kind",
+            "flagged",
+            "note",
+            "episode__id",
+            "episode__seed",
+            "episode__batch__id",
+            "episode__batch__name",
+            "episode__batch__model",
+            "episode__batch__policy",
+            "frame__id",
+            "frame__sha256",
+            "frame__step",
+        )
+        .order_by("-episode_id", "index")
+    )
+
+
+def turn_filter_choices() -> dict[str, list[Any]]:
+    """Batches and models offered by the turn list filters."""
+    batches = list(RolloutBatch.objects.order_by("-id").values_list("id", "name", "policy"))
+    models = sorted(m for m in RolloutBatch.objects.values_list("model", flat=True).distinct() if m)
+    return {"batches": batches, "models": models}
+
+
+def turn_get(*, turn_id: int) -> Turn:
+    return Turn.objects.get(id=turn_id)

@@ -1,0 +1,105 @@
+"""Review writes: flags and notes on one turn, and bulk flags over a filter."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollouts import services, services_review
+from rollouts.models import Episode, Turn
+from rollouts.rollout_settings import RolloutSettings
+from rollouts.selectors_review import TurnFilters, request_image_steps, turns_filtered
+
+pytestmark = pytest.mark.django_db
+
+
+def _played(steps: int, seeds: tuple[int, ...] = (1,)) -> list[Episode]:
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=seeds, steps=steps), enqueue=False
+    )
+    episodes = list(batch.episodes.order_by("seed"))
+    for episode in episodes:
+        assert services.episode_run(episode_id=episode.id) == "finished"
+    return episodes
+
+
+def test_it_sets_the_flag_and_remembers_who(editor):
+    (episode,) = _played(3)
+    turn = episode.turns.get(index=1)
+    services_review.turn_flag(turn=turn, flagged=True, user=editor)
+    services_review.turn_flag(turn=turn, flagged=True, user=editor)  # twice: same state
+    turn.refresh_from_db()
+    assert turn.flagged is True
+    assert turn.reviewed_by == editor
+    assert turn.reviewed_at is not None
+    services_review.turn_flag(turn=turn, flagged=False, user=editor)
+    turn.refresh_from_db()
+    assert turn.flagged is False
+
+
+def test_it_stores_a_trimmed_note_and_refuses_a_huge_one(editor):
+    (episode,) = _played(2)
+    turn = episode.turns.get(index=0)
+    services_review.turn_note(turn=turn, note="  walks into water\r\nagain  ", user=editor)
+    turn.refresh_from_db()
+    assert turn.note == "walks into water\nagain"
+    with pytest.raises(ValueError, match="note"):
+        services_review.turn_note(
+            turn=turn, note="x" * (services_review.NOTE_MAX_LENGTH + 1), user=editor
+        )
+    turn.refresh_from_db()
+    assert turn.note == "walks into water\nagain"
+
+
+def test_it_bulk_flags_every_match_and_counts_only_changes(editor, admin_user):
+    first, second = _played(5, seeds=(1, 2))
+    already = first.turns.get(index=0)
+    services_review.turn_flag(turn=already, flagged=True, user=admin_user)
+    turns = turns_filtered(filters=TurnFilters(batch_id=first.batch_id))
+    changed = services_review.turns_bulk_flag(turns=turns, flagged=True, user=editor)
+    total = first.turns.count() + second.turns.count()
+    assert changed == total - 1
+    assert Turn.objects.filter(flagged=True).count() == total
+    already.refresh_from_db()
+    assert already.reviewed_by == admin_user  # untouched: it was flagged already
+    unflagged = services_review.turns_bulk_flag(
+        turns=turns_filtered(filters=TurnFilters(flagged="only")), flagged=False, user=editor
+    )
+    assert unflagged == total
+    assert not Turn.objects.filter(flagged=True).exists()
+
+
+def test_it_filters_turns_by_unlocked_achievement_error_and_model(editor):
+    (episode,) = _played(6)
+    Turn.objects.filter(episode=episode, index=2).update(achievements_unlocked=["collect_wood"])
+    Turn.objects.filter(episode=episode, index=3).update(
+        achievements_unlocked=["collect_stone", "place_stone"], error="bad", error_kind="json"
+    )
+    wood = turns_filtered(filters=TurnFilters(achievement="collect_wood"))
+    assert list(wood.values_list("index", flat=True)) == [2]
+    stone = turns_filtered(filters=TurnFilters(achievement="place_stone"))
+    assert list(stone.values_list("index", flat=True)) == [3]
+    assert not turns_filtered(filters=TurnFilters(achievement="collect_diamond")).exists()
+    errors = turns_filtered(filters=TurnFilters(has_error="yes"))
+    assert list(errors.values_list("index", flat=True)) == [3]
+    assert turns_filtered(filters=TurnFilters(has_error="no")).count() == episode.turns.count() - 1
+    assert not turns_filtered(filters=TurnFilters(model="gpt-none")).exists()
+    with pytest.raises(ValueError, match="unknown achievement"):
+        turns_filtered(filters=TurnFilters(achievement="collect_unicorns"))
+
+
+def test_it_reads_the_frame_steps_of_image_parts():
+    messages = [
+        {"role": "system", "content": "rules"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "obs"},
+                {"type": "image_url", "image_url": {"frame_step": 4}},
+                {"type": "image_url", "image_url": {"frame_step": 5}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+            ],
+        },
+    ]
+    assert request_image_steps(messages) == [4, 5]
+    assert request_image_steps([]) == []
+    assert request_image_steps("garbage") == []

@@ -1,0 +1,307 @@
+// Episode viewer: renders the turn at the cursor from the page's JSON, so moving between
+// turns costs no request. Every string from a turn is model output: it is only ever set
+// with textContent, never parsed as HTML.
+(function () {
+  "use strict";
+
+  const turnsNode = document.getElementById("turns-data");
+  const configNode = document.getElementById("viewer-config");
+  if (!turnsNode || !configNode) return;
+  const turns = JSON.parse(turnsNode.textContent);
+  const config = JSON.parse(configNode.textContent);
+  if (!turns.length) return;
+
+  const SHA = /^[0-9a-f]{64}$/;
+  const byId = new Map(turns.map((t) => [t.id, t]));
+  const panel = document.getElementById("turn-panel");
+  const mainImage = document.getElementById("frame-main");
+  const scrubber = document.getElementById("scrubber");
+  const position = document.getElementById("turn-pos");
+  const strip = document.getElementById("filmstrip");
+  const thumbs = strip.querySelectorAll(".thumb");
+  const help = document.getElementById("help");
+  const flagButton = document.getElementById("flag-button");
+  const flagState = document.getElementById("flag-state");
+  const noteForm = document.getElementById("note-form");
+  const noteInput = document.getElementById("note");
+  const noteReadonly = document.getElementById("note-readonly");
+  const status = document.getElementById("review-status");
+  // Notes sent and not yet confirmed, by turn id: applied when the server says it stored them.
+  const pendingNotes = new Map();
+  let cursor = 0;
+
+  function frameUrl(sha) {
+    return SHA.test(sha) ? config.frameUrl.replace("0".repeat(64), sha) : "";
+  }
+
+  function idUrl(template, id) {
+    return template.replace(/\/0\/$/, "/" + Number(id) + "/");
+  }
+
+  function field(name) {
+    return panel.querySelector('[data-field="' + name + '"]');
+  }
+
+  function section(name, visible) {
+    const node = panel.querySelector('[data-section="' + name + '"]');
+    if (node) node.hidden = !visible;
+  }
+
+  function setText(name, value) {
+    field(name).textContent = value == null ? "" : String(value);
+  }
+
+  function chips(name, values, className) {
+    const box = field(name);
+    box.replaceChildren();
+    for (const value of values) {
+      const chip = document.createElement("span");
+      chip.className = "chip" + (className ? " " + className : "");
+      chip.textContent = String(value);
+      box.appendChild(chip);
+    }
+  }
+
+  function renderReview(turn) {
+    if (flagButton) {
+      flagButton.setAttribute("aria-pressed", turn.flagged ? "true" : "false");
+      flagButton.classList.toggle("on", turn.flagged);
+      flagButton.textContent = turn.flagged ? "⚑ Flagged" : "⚐ Flag";
+    }
+    if (flagState) {
+      flagState.textContent = turn.flagged ? "⚑ flagged" : "not flagged";
+      flagState.classList.toggle("warn", turn.flagged);
+    }
+    if (noteInput && document.activeElement !== noteInput) noteInput.value = turn.note || "";
+    if (noteReadonly) noteReadonly.textContent = turn.note || "";
+    thumbs[turns.indexOf(turn)].classList.toggle("flagged", turn.flagged);
+  }
+
+  function render() {
+    const turn = turns[cursor];
+    mainImage.src = frameUrl(turn.frame);
+    scrubber.value = String(cursor);
+    position.textContent = cursor + 1 + " / " + turns.length;
+    setText("index", turn.index);
+    setText("step", turn.step);
+    setText("reward", "reward " + Number(turn.reward).toFixed(2));
+    chips("actions", turn.actions.length ? turn.actions : ["(none)"], "action");
+    chips("unlocked", turn.unlocked, "ok");
+    section("unlocked", turn.unlocked.length > 0);
+    setText("error", turn.error);
+    setText("error_kind", turn.error_kind);
+    section("error", Boolean(turn.error));
+    if (turn.model_text == null) {
+      setText("model_text", "(no text)");
+      field("model_text").classList.add("muted");
+    } else {
+      setText("model_text", turn.model_text);
+      field("model_text").classList.remove("muted");
+    }
+    setText("tool_calls", turn.tool_calls.length ? JSON.stringify(turn.tool_calls, null, 2) : "");
+    section("tool_calls", turn.tool_calls.length > 0);
+    setText("reasoning", turn.reasoning);
+    section("reasoning", Boolean(turn.reasoning));
+    setText("observation", turn.observation);
+    renderSeen(turn);
+    const vitals = Object.entries(turn.vitals || {}).map(([k, v]) => k + " " + v);
+    const inventory = Object.entries(turn.inventory || {}).map(([k, v]) => k + " ×" + v);
+    chips("vitals", vitals.concat(inventory));
+    const meta = [];
+    if (turn.prompt_tokens || turn.completion_tokens)
+      meta.push(turn.prompt_tokens + " + " + turn.completion_tokens + " tokens");
+    if (turn.latency_ms) meta.push(turn.latency_ms + " ms");
+    if (turn.retries) meta.push(turn.retries + " retries");
+    if (turn.finish_reason) meta.push("finish: " + turn.finish_reason);
+    if (turn.text_fallback) meta.push("actions parsed from text");
+    setText("meta", meta.join(" · "));
+    renderReview(turn);
+    thumbs.forEach((thumb, i) => thumb.classList.toggle("current", i === cursor));
+    thumbs[cursor].scrollIntoView({ block: "nearest", inline: "center" });
+    history.replaceState(null, "", "?turn=" + cursor);
+    // Warm the neighbours so that the next key press shows its frame at once.
+    for (const j of [cursor - 1, cursor + 1]) {
+      if (turns[j]) new Image().src = frameUrl(turns[j].frame);
+    }
+  }
+
+  function renderSeen(turn) {
+    const box = field("seen");
+    box.replaceChildren();
+    for (const seen of turn.seen) {
+      const figure = document.createElement("figure");
+      const img = document.createElement("img");
+      img.className = "pixel";
+      img.width = 128;
+      img.height = 128;
+      img.alt = "frame at step " + seen.step;
+      const url = frameUrl(seen.frame);
+      if (url) img.src = url;
+      const caption = document.createElement("figcaption");
+      caption.textContent = "step " + seen.step + (url ? "" : " (missing)");
+      figure.append(img, caption);
+      box.appendChild(figure);
+    }
+  }
+
+  function go(index) {
+    const next = Math.min(Math.max(index, 0), turns.length - 1);
+    if (next === cursor && mainImage.src) return;
+    saveNoteIfChanged();
+    cursor = next;
+    status.textContent = "";
+    render();
+  }
+
+  function say(text, isError) {
+    status.textContent = text;
+    status.classList.toggle("error", Boolean(isError));
+  }
+
+  function toggleFlag() {
+    if (!config.canReview || !flagButton) {
+      say("You can look; flagging needs the review permission.", true);
+      return;
+    }
+    const turn = turns[cursor];
+    const wanted = !turn.flagged;
+    turn.flagged = wanted; // shown at once, confirmed or undone when the server answers
+    renderReview(turn);
+    say("saving…");
+    htmx
+      .ajax("POST", idUrl(config.flagUrl, turn.id), {
+        source: flagButton,
+        swap: "none",
+        values: { flagged: wanted ? "1" : "0" },
+      })
+      .catch(() => {});
+  }
+
+  function saveNote() {
+    if (!config.canReview || !noteInput) return;
+    const turn = turns[cursor];
+    const text = noteInput.value;
+    if (pendingNotes.get(turn.id) === text.trim()) return; // blur and submit both ask
+    pendingNotes.set(turn.id, text.trim());
+    say("saving note…");
+    htmx
+      .ajax("POST", idUrl(config.noteUrl, turn.id), {
+        source: noteForm,
+        swap: "none",
+        values: { note: text },
+      })
+      .catch(() => {});
+  }
+
+  function saveNoteIfChanged() {
+    if (noteInput && noteInput.value.trim() !== (turns[cursor].note || "")) saveNote();
+  }
+
+  function toggleHelp(show) {
+    help.hidden = show === undefined ? !help.hidden : !show;
+  }
+
+  document.body.addEventListener("studio:turn-reviewed", (event) => {
+    const detail = event.detail || {};
+    const turn = byId.get(detail.id);
+    if (!turn) return;
+    turn.flagged = Boolean(detail.flagged);
+    if (pendingNotes.has(turn.id)) {
+      turn.note = pendingNotes.get(turn.id);
+      pendingNotes.delete(turn.id);
+    }
+    if (turn === turns[cursor]) {
+      renderReview(turn);
+      say(turn.flagged ? "saved · flagged" : "saved");
+    } else {
+      thumbs[turns.indexOf(turn)].classList.toggle("flagged", turn.flagged);
+    }
+  });
+
+  document.body.addEventListener("htmx:responseError", (event) => {
+    const xhr = event.detail.xhr;
+    const path = event.detail.requestConfig ? event.detail.requestConfig.path : "";
+    const match = /\/turns\/(\d+)\/(flag|note)\//.exec(path || "");
+    if (match) {
+      const turn = byId.get(Number(match[1]));
+      if (turn && match[2] === "flag") {
+        turn.flagged = !turn.flagged;
+        if (turn === turns[cursor]) renderReview(turn);
+      }
+      if (turn) pendingNotes.delete(turn.id);
+    }
+    say("not saved (" + xhr.status + (xhr.status === 403 ? ": no permission" : "") + ")", true);
+  });
+  document.body.addEventListener("htmx:sendError", () => say("not saved: the server did not answer", true));
+
+  document.addEventListener("keydown", (event) => {
+    const typing = event.target.closest && event.target.closest("input, textarea, select");
+    if (typing === noteInput && noteInput) {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        saveNote();
+      } else if (event.key === "Escape") {
+        noteInput.blur();
+      }
+      return;
+    }
+    if (typing && typing !== scrubber) return;
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    switch (event.key) {
+      case "ArrowLeft":
+        go(cursor - 1);
+        break;
+      case "ArrowRight":
+        go(cursor + 1);
+        break;
+      case "Home":
+        go(0);
+        break;
+      case "End":
+        go(turns.length - 1);
+        break;
+      case "f":
+        toggleFlag();
+        break;
+      case "n":
+        if (!noteInput) {
+          say("You can look; notes need the review permission.", true);
+          break;
+        }
+        noteInput.focus();
+        break;
+      case "?":
+        toggleHelp();
+        break;
+      case "Escape":
+        toggleHelp(false);
+        break;
+      default:
+        return;
+    }
+    event.preventDefault();
+  });
+
+  scrubber.addEventListener("input", () => go(Number(scrubber.value)));
+  strip.addEventListener("click", (event) => {
+    const thumb = event.target.closest(".thumb");
+    if (thumb) go(Number(thumb.dataset.i));
+  });
+  document.querySelectorAll('[data-action="prev"]').forEach((b) => b.addEventListener("click", () => go(cursor - 1)));
+  document.querySelectorAll('[data-action="next"]').forEach((b) => b.addEventListener("click", () => go(cursor + 1)));
+  document.querySelectorAll('[data-action="help"]').forEach((b) => b.addEventListener("click", () => toggleHelp()));
+  help.addEventListener("click", (event) => {
+    if (event.target === help) toggleHelp(false);
+  });
+  if (flagButton) flagButton.addEventListener("click", toggleFlag);
+  if (noteForm) {
+    noteForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      saveNote();
+    });
+    noteInput.addEventListener("blur", saveNoteIfChanged);
+  }
+
+  cursor = Math.min(Math.max(Number(config.turnIndex) || 0, 0), turns.length - 1);
+  render();
+})();
