@@ -1,1 +1,115 @@
-"""Datasets: saved filters over turns, immutable versions, JSONL export and import."""
+"""Datasets: saved filters over turns, and their immutable exported versions."""
+
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+
+class Dataset(models.Model):
+    """A saved filter over turns (datasets.filters.DatasetFilters) plus export options."""
+
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    filters = models.JSONField(default=dict, blank=True)
+    export_options = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from datasets.filters import DatasetFilters, ExportOptions, FilterError
+
+        try:
+            DatasetFilters.from_json(self.filters)
+            ExportOptions.from_json(self.export_options)
+        except FilterError as exc:
+            raise ValidationError(str(exc)) from exc
+
+
+class DatasetVersion(models.Model):
+    """One export of a dataset. Once `done`, nothing about it changes (see `save`)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="versions")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    # the filter and options exactly as they were when the version was asked for
+    filters = models.JSONField(default=dict)
+    export_options = models.JSONField(default=dict)
+    file = models.FileField(max_length=300, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    bytes = models.PositiveBigIntegerField(default=0)
+    rows = models.PositiveIntegerField(default=0)
+    episodes = models.PositiveIntegerField(default=0)
+    images = models.PositiveIntegerField(default=0)
+    estimated_tokens = models.PositiveBigIntegerField(default=0)
+    # {"val_fraction": F, "val": {"file", "sha256", "rows", "episodes", "images", "bytes"}}
+    split = models.JSONField(default=dict, blank=True)
+    progress_rows = models.PositiveIntegerField(default=0)
+    total_rows = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    claim_token = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["dataset_id", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "number"], name="version_unique_number"),
+            models.CheckConstraint(
+                condition=~Q(status="done") | Q(sha256__regex=r"^[0-9a-f]{64}$"),
+                name="version_done_has_sha256",
+            ),
+            models.CheckConstraint(
+                condition=Q(progress_rows__lte=models.F("total_rows")) | Q(total_rows=0),
+                name="version_progress_within_total",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset} v{self.number}"
+
+    def save(self, *args, **kwargs) -> None:
+        # An exported version is a record of what was trained on: refuse to rewrite it.
+        if self.pk and DatasetVersion.objects.filter(pk=self.pk, status=self.Status.DONE).exists():
+            raise ValidationError(f"{self} is done and immutable")
+        super().save(*args, **kwargs)
+
+    @property
+    def progress_percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        return int(100 * self.progress_rows / self.total_rows) if self.total_rows else 0
+
+    @property
+    def val(self) -> dict:
+        return (self.split or {}).get("val") or {}

@@ -1,0 +1,334 @@
+"""Streams the turns a filter selects into JSONL files: the export behind command and task.
+
+Turns are read in index order per episode with a server-side cursor (`iterator`), as value
+tuples (no model instances: building four objects per row cost more than the row itself);
+each episode's context (batch, seed, cumulative achievements, history frames) is read once
+when the stream reaches it. Rows go to a temporary file beside the target, hashed as they are
+written, and the file is moved into place only when complete: a failed or refused export
+leaves nothing behind. Memory does not grow with the number of rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.jsonl import (
+    EpisodeContext,
+    FrameRef,
+    RowBuilder,
+    TurnRecord,
+    cumulative_unique,
+    episode_split,
+)
+from datasets.validation import (
+    CHARS_PER_TOKEN,
+    ImageError,
+    ImageInfo,
+    ProviderReport,
+    probe_image,
+)
+from rollouts.frame_store import FrameStore, frame_name
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
+
+CHUNK_ROWS = 2000
+FLUSH_CHARS = 1 << 20
+_TURN_FIELDS = (
+    "episode_id",
+    "index",
+    "observation_text",
+    "request_messages",
+    "model_text",
+    "tool_calls",
+    "actions",
+    "reward",
+    "achievements_unlocked",
+    "flagged",
+    "frame__sha256",
+    "frame__image",
+)
+
+
+class ExportRefused(Exception):
+    """The rows break the provider's limits; nothing was written. `reports` say where."""
+
+    def __init__(self, reports: list[ProviderReport]) -> None:
+        self.reports = reports
+        count = sum(len(r.violations) for r in reports)
+        super().__init__(f"refused by the provider's limits: {count} violation(s)")
+
+    def lines(self) -> list[str]:
+        return [str(v) for report in self.reports for v in report.violations]
+
+
+@dataclass
+class FileResult:
+    path: str
+    rows: int = 0
+    episodes: int = 0
+    images: int = 0
+    sha256: str = ""
+    bytes: int = 0
+    estimated_tokens: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "episodes": self.episodes,
+            "images": self.images,
+            "path": self.path,
+            "sha256": self.sha256,
+        }
+
+
+@dataclass
+class ExportResult:
+    train: FileResult
+    val: FileResult | None = None
+    reports: list[ProviderReport] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        data = self.train.summary()
+        data["estimated_tokens"] = self.train.estimated_tokens
+        if self.val is not None:
+            data["val"] = self.val.summary()
+            data["val"]["estimated_tokens"] = self.val.estimated_tokens
+        return data
+
+
+class _Sink:
+    """One output file: buffered, hashed while written, moved into place on commit."""
+
+    def __init__(self, target: Path, result: FileResult) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-export-", suffix=".jsonl")
+        self.target = target
+        self.tmp = Path(tmp)
+        self.fh = os.fdopen(fd, "wb")
+        self.hasher = hashlib.sha256()
+        self.pending: list[str] = []
+        self.pending_chars = 0
+        self.result = result
+        self.last_episode: int | None = None
+
+    def add(self, text: str, episode_id: int, images: int) -> None:
+        self.pending.append(text)
+        self.pending_chars += len(text)
+        self.result.rows += 1
+        self.result.images += images
+        if episode_id != self.last_episode:
+            self.result.episodes += 1
+            self.last_episode = episode_id
+        if self.pending_chars >= FLUSH_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        data = "".join(self.pending).encode("utf-8")
+        self.pending.clear()
+        self.pending_chars = 0
+        self.hasher.update(data)
+        self.fh.write(data)
+        self.result.bytes += len(data)
+
+    def commit(self) -> None:
+        self.flush()
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        os.chmod(self.tmp, 0o644)
+        os.replace(self.tmp, self.target)
+        self.result.sha256 = self.hasher.hexdigest()
+
+    def discard(self) -> None:
+        if not self.fh.closed:
+            self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+class _EpisodeContexts:
+    """Reads each episode's context once, when the stream reaches it."""
+
+    def __init__(self, *, history_frames: int) -> None:
+        self.history_frames = history_frames
+        self._batches: dict[int, tuple[str, str, list | None]] = {}
+
+    def load(self, episode_id: int) -> EpisodeContext:
+        batch_id, seed = Episode.objects.filter(id=episode_id).values_list("batch_id", "seed")[0]
+        if batch_id not in self._batches:
+            model, policy, settings = RolloutBatch.objects.filter(id=batch_id).values_list(
+                "model", "policy", "settings"
+            )[0]
+            tools = settings.get("tools") if isinstance(settings, dict) else None
+            self._batches[batch_id] = (model, policy, tools if isinstance(tools, list) else None)
+        model, policy, tools = self._batches[batch_id]
+        fields = ["index", "achievements_unlocked"]
+        if self.history_frames:
+            fields += ["frame__sha256", "frame__image"]
+        turns = list(
+            Turn.objects.filter(episode_id=episode_id).order_by("index").values_list(*fields)
+        )
+        turn_frames = {t[0]: FrameRef(t[2], t[3]) for t in turns} if self.history_frames else {}
+
+        def frames_by_step() -> dict[int, FrameRef]:
+            return {
+                step: FrameRef(sha, name)
+                for step, sha, name in Frame.objects.filter(episode_id=episode_id).values_list(
+                    "step", "sha256", "image"
+                )
+            }
+
+        return EpisodeContext(
+            episode_id=episode_id,
+            batch_id=batch_id,
+            seed=int(seed),
+            model=model,
+            policy=policy,
+            cumulative=cumulative_unique([(t[0], t[1]) for t in turns]),
+            turn_frames=turn_frames,
+            frames_by_step=frames_by_step,
+            tools=tools,
+        )
+
+
+def export_count(filters: DatasetFilters) -> int:
+    return turn_queryset(filters).count()
+
+
+def export_files(
+    *,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    output: Path,
+    val_output: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+    chunk_size: int = CHUNK_ROWS,
+    store: FrameStore | None = None,
+) -> ExportResult:
+    """Write the rows; with `val_output` and a val fraction, split by episode into two files.
+
+    With `options.format == "openai"` the rows are checked against the provider's limits as
+    they are built, and a violation anywhere refuses the whole export (ExportRefused).
+    """
+    store = store or FrameStore()
+    openai = options.format == "openai"
+    split_on = options.val_fraction > 0 and val_output is not None
+    infos: OrderedDict[str, ImageInfo | None] = OrderedDict()
+
+    def load_png(frame: FrameRef) -> bytes:
+        data = store.read(frame.name)
+        try:
+            infos[frame.sha256] = probe_image(data)
+        except ImageError:
+            infos[frame.sha256] = None
+        infos.move_to_end(frame.sha256)
+        if len(infos) > 4096:
+            infos.popitem(last=False)
+        return data
+
+    def info_of(sha256: str) -> ImageInfo | None:
+        if sha256 not in infos:
+            load_png(FrameRef(sha256, frame_name(sha256)))
+        return infos[sha256]
+
+    builder = RowBuilder(
+        load_png=load_png, history_frames=options.history_frames, row_format=options.format
+    )
+    contexts = _EpisodeContexts(history_frames=options.history_frames)
+    result = ExportResult(train=FileResult(path=str(output)))
+    train = _Sink(output, result.train)
+    sinks = {"train": train}
+    reports = {"train": ProviderReport(file="train")}
+    if split_on:
+        assert val_output is not None
+        result.val = FileResult(path=str(val_output))
+        sinks["val"] = _Sink(val_output, result.val)
+        reports["val"] = ProviderReport(file="val")
+    try:
+        queryset = turn_queryset(filters).order_by("episode_id", "index").values_list(*_TURN_FIELDS)
+        episode: EpisodeContext | None = None
+        split = "train"
+        done = 0
+        for values in queryset.iterator(chunk_size=chunk_size):
+            (episode_id, index, obs, request, text, calls, actions, reward, unlocked) = values[:9]
+            if episode is None or episode.episode_id != episode_id:
+                episode = contexts.load(episode_id)
+                split = (
+                    episode_split(
+                        batch_id=episode.batch_id,
+                        seed=episode.seed,
+                        val_fraction=options.val_fraction,
+                    )
+                    if split_on
+                    else "train"
+                )
+            record = TurnRecord(
+                episode_id=episode_id,
+                index=index,
+                observation_text=obs,
+                request_messages=request,
+                model_text=text,
+                tool_calls=calls,
+                actions=actions,
+                reward=reward,
+                achievements_unlocked=unlocked,
+                flagged=values[9],
+                frame=FrameRef(values[10], values[11]),
+            )
+            built = builder.row(record, episode, split=split)
+            done += 1
+            if progress is not None and done % chunk_size == 0:
+                progress(done)
+            # SQL selected these already on PostgreSQL; the row itself is the exact test.
+            if filters.user_image and not built.user_has_image:
+                continue
+            if filters.include_assistant and not built.assistant_has_image:
+                continue
+            sink = sinks[split]
+            images = [(info_of(sha), role, detail) for sha, role, detail in built.images]
+            report = reports[split]
+            before = report.image_tokens
+            report.check_row(
+                row=sink.result.rows + 1,
+                images=images,
+                text_chars=len(built.text) - built.image_chars,
+                has_answer=built.has_answer,
+                problems=[
+                    f"image {n}: the stored frame cannot be decoded"
+                    for n, info in enumerate(images, start=1)
+                    if info[0] is None
+                ],
+            )
+            sink.result.estimated_tokens += (
+                (len(built.text) - built.image_chars) // CHARS_PER_TOKEN
+                + report.image_tokens
+                - before
+            )
+            sink.add(built.text, episode_id, len(built.images))
+        if progress is not None:
+            progress(done)
+        if openai:
+            for name, sink in sinks.items():
+                sink.flush()
+                reports[name].finish(
+                    file_bytes=sink.result.bytes, min_rows=10 if name == "train" else 1
+                )
+            failed = [r for r in reports.values() if not r.ok]
+            if failed:
+                raise ExportRefused(failed)
+        for sink in sinks.values():
+            sink.commit()
+    except BaseException:
+        for sink in sinks.values():
+            sink.discard()
+        raise
+    result.reports = list(reports.values())
+    return result

@@ -1,0 +1,36 @@
+"""`python manage.py import_jsonl PATH [--name NAME]`: rows in, as imported turns."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from datasets.importing import ImportFailed, import_file
+from studio.commands import StudioCommand, usage_error
+
+
+class Command(StudioCommand):
+    help = (
+        "Import JSONL rows (this studio's, synth-ai's SFT rows or OpenAI chat rows) as a "
+        "dataset of imported turns, all or nothing; the last line is a JSON summary."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("path", metavar="PATH")
+        parser.add_argument("--name", default="", help="name of the batch and dataset")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path = Path(options["path"])
+        if not path.is_file():
+            raise usage_error(f"path: {str(path)!r} is not a file")
+        try:
+            summary = import_file(path=path, name=options["name"])
+        except ImportFailed as exc:
+            for line in exc.errors:
+                sys.stderr.write(f"{line}\n")
+            raise CommandError(str(exc), returncode=1) from exc
+        self.stdout.write(json.dumps(summary))

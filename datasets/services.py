@@ -1,0 +1,221 @@
+"""Writes for datasets: save filters, create versions, run a version's export."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from datasets.exporting import ExportRefused, export_count, export_files
+from datasets.filters import DatasetFilters, ExportOptions
+from datasets.models import Dataset, DatasetVersion
+
+logger = logging.getLogger(__name__)
+
+VersionOutcome = Literal["done", "failed", "busy", "done_already"]
+# A running export that has not reported progress for this long is presumed dead.
+STALE_AFTER = timedelta(minutes=10)
+MAX_ERROR_LINES = 200
+
+
+def dataset_create(
+    *,
+    name: str,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    description: str = "",
+    created_by=None,
+) -> Dataset:
+    return Dataset.objects.create(
+        name=name,
+        description=description,
+        filters=filters.to_json(),
+        export_options=options.to_json(),
+        created_by=created_by,
+    )
+
+
+def dataset_update(
+    *,
+    dataset: Dataset,
+    name: str,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    description: str = "",
+) -> Dataset:
+    # Versions keep their own snapshot: editing the filter never changes what was exported.
+    dataset.name = name
+    dataset.description = description
+    dataset.filters = filters.to_json()
+    dataset.export_options = options.to_json()
+    dataset.save()
+    return dataset
+
+
+def dataset_version_create(
+    *, dataset: Dataset, created_by=None, enqueue: bool = True
+) -> DatasetVersion:
+    """A pending version with the dataset's filter as it is now; exported by a Celery task."""
+    with transaction.atomic():
+        # Lock the dataset row: two clicks never get the same version number.
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        last = locked.versions.aggregate(n=Max("number"))["n"] or 0
+        version = DatasetVersion.objects.create(
+            dataset=locked,
+            number=last + 1,
+            filters=DatasetFilters.from_json(locked.filters).to_json(),
+            export_options=ExportOptions.from_json(locked.export_options).to_json(),
+            created_by=created_by,
+        )
+        if enqueue:
+            transaction.on_commit(lambda: dataset_version_enqueue(version=version))
+    return version
+
+
+def dataset_version_enqueue(*, version: DatasetVersion) -> None:
+    from datasets.tasks import dataset_version_export as task
+
+    task.delay(version.id)
+
+
+def _version_claim(*, version_id: int) -> str | None:
+    now = timezone.now()
+    token = uuid.uuid4().hex
+    claimed = (
+        DatasetVersion.objects.filter(id=version_id)
+        .filter(
+            Q(status=DatasetVersion.Status.PENDING)
+            | Q(status=DatasetVersion.Status.RUNNING, heartbeat_at__lt=now - STALE_AFTER)
+        )
+        .update(
+            status=DatasetVersion.Status.RUNNING,
+            claim_token=token,
+            started_at=now,
+            heartbeat_at=now,
+            progress_rows=0,
+            error="",
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def version_file_names(version: DatasetVersion) -> tuple[str, str]:
+    base = f"exports/dataset-{version.dataset_id}/v{version.number}"
+    return f"{base}.jsonl", f"{base}.val.jsonl"
+
+
+def dataset_version_export(*, version_id: int) -> VersionOutcome:
+    """Claim a pending version and export it. Safe to run twice: the claim decides."""
+    token = _version_claim(version_id=version_id)
+    if token is None:
+        status = (
+            DatasetVersion.objects.filter(id=version_id).values_list("status", flat=True).first()
+        )
+        return "busy" if status == DatasetVersion.Status.RUNNING else "done_already"
+    version = DatasetVersion.objects.get(id=version_id)
+    mine = DatasetVersion.objects.filter(id=version_id, claim_token=token)
+    try:
+        filters = DatasetFilters.from_json(version.filters)
+        options = ExportOptions.from_json(version.export_options)
+        total = export_count(filters)
+        mine.update(total_rows=total)
+
+        def progress(done: int) -> None:
+            mine.update(progress_rows=min(done, total), heartbeat_at=timezone.now())
+
+        name, val_name = version_file_names(version)
+        with _local_targets(name, val_name) as (path, val_path):
+            result = export_files(
+                filters=filters,
+                options=options,
+                output=path,
+                val_output=val_path if options.val_fraction > 0 else None,
+                progress=progress,
+            )
+            _store(path, name)
+            if result.val is not None:
+                _store(val_path, val_name)
+    except ExportRefused as exc:
+        lines = exc.lines()
+        shown = lines[:MAX_ERROR_LINES]
+        more = f"\n... and {len(lines) - len(shown)} more" if len(lines) > len(shown) else ""
+        _version_fail(mine, f"{exc}\n" + "\n".join(shown) + more)
+        return "failed"
+    except Exception as exc:  # a poison version is set aside with its error, never retried
+        logger.exception("dataset version %s export failed", version_id)
+        _version_fail(mine, f"{type(exc).__name__}: {exc}")
+        return "failed"
+    split: dict = {"val_fraction": options.val_fraction}
+    if result.val is not None:
+        split["val"] = {
+            "file": val_name,
+            "sha256": result.val.sha256,
+            "rows": result.val.rows,
+            "episodes": result.val.episodes,
+            "images": result.val.images,
+            "bytes": result.val.bytes,
+        }
+    scanned = max(total, result.train.rows + (result.val.rows if result.val else 0))
+    mine.filter(status=DatasetVersion.Status.RUNNING).update(
+        status=DatasetVersion.Status.DONE,
+        file=name,
+        sha256=result.train.sha256,
+        bytes=result.train.bytes,
+        rows=result.train.rows,
+        episodes=result.train.episodes,
+        images=result.train.images,
+        estimated_tokens=result.train.estimated_tokens
+        + (result.val.estimated_tokens if result.val else 0),
+        split=split,
+        total_rows=scanned,
+        progress_rows=scanned,
+        finished_at=timezone.now(),
+        heartbeat_at=timezone.now(),
+    )
+    return "done"
+
+
+def _version_fail(mine, error: str) -> None:
+    mine.filter(status=DatasetVersion.Status.RUNNING).update(
+        status=DatasetVersion.Status.FAILED, error=error[:20000], finished_at=timezone.now()
+    )
+
+
+class _local_targets:
+    """Local paths to export to: in storage itself when it is a filesystem, else a temp dir."""
+
+    def __init__(self, name: str, val_name: str) -> None:
+        self.names = (name, val_name)
+        self.tmpdir: str | None = None
+
+    def __enter__(self) -> tuple[Path, Path]:
+        try:
+            return tuple(Path(default_storage.path(n)) for n in self.names)  # type: ignore[return-value]
+        except NotImplementedError:
+            self.tmpdir = tempfile.mkdtemp(prefix="studio-export-")
+            return Path(self.tmpdir, "train.jsonl"), Path(self.tmpdir, "val.jsonl")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _store(path: Path, name: str) -> None:
+    """Remote storage gets the finished file uploaded; local storage already has it."""
+    try:
+        if Path(default_storage.path(name)) == path:
+            return
+    except NotImplementedError:
+        pass
+    with open(path, "rb") as fh:
+        default_storage.save(name, File(fh, name=Path(name).name))
