@@ -119,8 +119,10 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
         logger.warning("episode %s: claim lost, leaving it to its new owner", episode_id)
         return "claim_lost"
     except PolicyUnavailable as exc:
-        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=recorder.totals)
+        # The batch first: were this its last episode, ending it would close the batch as
+        # finished before it could be marked failed.
         batch_fail(batch=episode.batch, error=str(exc))
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=recorder.totals)
         return "failed"
     except Exception as exc:  # a poison episode is set aside, never retried forever
         logger.exception("episode %s failed", episode_id)
@@ -177,14 +179,18 @@ def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str,
             completion_tokens=F("completion_tokens") + totals.completion_tokens,
         )
         # The last episode to end closes the batch (exactly once: a conditional UPDATE).
-        RolloutBatch.objects.filter(
+        complete = RolloutBatch.objects.filter(
             id=episode.batch_id,
             episodes_total__lte=F("episodes_finished") + F("episodes_failed"),
+        )
+        complete.filter(
             status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING],
         ).update(
             status=RolloutBatch.Status.FINISHED,
             finished_at=now,
         )
+        # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
+        complete.filter(finished_at__isnull=True).update(finished_at=now)
 
 
 def batch_fail(*, batch: RolloutBatch, error: str) -> None:

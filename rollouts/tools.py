@@ -35,18 +35,42 @@ INTERACT_MANY_TOOL: dict[str, Any] = {
     },
 }
 
-SYSTEM_PROMPT = (
-    "You play Crafter, a 2D survival game seen from above on a 64x64 world. Each turn you see "
-    "the current frame (a 9x9 grid: the 9x7 area around you, and your inventory in the two "
-    "bottom rows) and a text description of your state. Keep health, food, drink and energy "
-    "up: eat cows or plants, drink water, sleep when energy is low. Collect resources and "
-    "craft tools to unlock achievements.\n"
-    f"Actions: {', '.join(ACTIONS)}. 'do' collects, attacks or interacts with the cell you "
-    "face; moving into a blocked cell only turns you to face it. Crafting needs a nearby "
-    "table (and a furnace for stone and iron tools).\n"
-    f"Achievements: {', '.join(ACHIEVEMENTS)}.\n"
-    f"Answer by calling the tool `{TOOL_NAME}` with 1 to {MAX_ACTIONS_PER_CALL} actions."
-)
+
+def system_prompt(*, observation_mode: str = "image_text", history_frames: int = 0) -> str:
+    """The system message, worded for what the user message will show (see RolloutSettings)."""
+    seen = {
+        "image_text": "the current frame and a text description of your state",
+        "image": "the current frame (an image only, no text description)",
+        "text": "a text description of your state and the map around you (no image)",
+    }[observation_mode]
+    lines = [
+        "You play Crafter, a 2D survival game seen from above on a 64x64 world. "
+        f"Each turn you see {seen}.",
+    ]
+    if observation_mode != "text":
+        lines.append(
+            "A frame is a 9x9 grid: the 9x7 area around you (you are in the middle), and your "
+            "inventory in the two bottom rows."
+        )
+    if history_frames:
+        lines.append(
+            f"You also see your last {history_frames} turns, oldest first, and the actions "
+            "you took after each."
+        )
+    lines += [
+        "Keep health, food, drink and energy up: eat cows or plants, drink water, sleep when "
+        "energy is low, avoid or fight zombies and skeletons. Collect resources and craft "
+        "tools to unlock achievements.",
+        f"Actions: {', '.join(ACTIONS)}. 'do' collects, attacks or interacts with the cell "
+        "you face; moving into a blocked cell only turns you to face it. Crafting needs a "
+        "nearby table (and a furnace for stone and iron tools).",
+        f"Achievements: {', '.join(ACHIEVEMENTS)}.",
+        f"Answer by calling the tool `{TOOL_NAME}` with 1 to {MAX_ACTIONS_PER_CALL} actions.",
+    ]
+    return "\n".join(lines)
+
+
+SYSTEM_PROMPT = system_prompt()
 
 
 def tool_call(actions: list[str], call_id: str) -> dict[str, Any]:

@@ -193,3 +193,14 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
 }
+
+# --- openai policy ---
+# Backoff before the n-th retry of a model call: base * 2**(n-1) seconds, jittered, capped.
+STUDIO_OPENAI_BACKOFF_BASE = env.float("STUDIO_OPENAI_BACKOFF_BASE", default=1.0)
+STUDIO_OPENAI_BACKOFF_MAX = env.float("STUDIO_OPENAI_BACKOFF_MAX", default=30.0)
+# A server's Retry-After is honoured up to this many seconds.
+STUDIO_OPENAI_MAX_RETRY_AFTER = env.float("STUDIO_OPENAI_MAX_RETRY_AFTER", default=120.0)
+# Connection attempts on an episode's first call before its endpoint is declared down.
+STUDIO_OPENAI_CONNECT_ATTEMPTS = env.int("STUDIO_OPENAI_CONNECT_ATTEMPTS", default=3)
+# Turns in a row whose call failed after all retries before the endpoint is declared down.
+STUDIO_OPENAI_MAX_FAILED_TURNS = env.int("STUDIO_OPENAI_MAX_FAILED_TURNS", default=5)

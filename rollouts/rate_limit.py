@@ -1,0 +1,229 @@
+"""How many requests may be in flight, and how often, per model endpoint, across all workers.
+
+A batch's episodes run as Celery tasks on many workers, each with many threads; the limits
+of an endpoint (a provider's rate limit, a vLLM server's batch size) are for all of them
+together. So the limiter lives in Redis:
+
+* concurrency: a sorted set of slot leases (member = random token, score = expiry in Redis
+  server time). Taking a slot drops expired leases first, so a worker that died holding a
+  slot cannot leak it for longer than the lease (the request timeout plus a margin).
+* requests per minute: a reservation clock (the "theoretical arrival time" of GCRA without
+  burst): each request reserves the next free instant, 60 / rpm seconds after the previous
+  one, and sleeps until then. Requests are spread evenly, never bunched at a minute boundary.
+
+Both use Redis server time, so worker clocks need not agree. Without Redis (the embedded
+broker of `make demo`), the same limits hold in-process, shared by that process's threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+from django.conf import settings as django_settings
+
+KEY_PREFIX = "studio:vlm-limit"
+# How long a waiting request sleeps between attempts to take a slot; jittered so that
+# waiters on different workers do not poll in lockstep.
+POLL_SECONDS = (0.004, 0.016)
+
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+  redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 60)
+  return 1
+end
+return 0
+"""
+
+_RESERVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local interval = tonumber(ARGV[1])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local ttl = math.ceil((tat + interval - now) * 1000) + 60000
+redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', ttl)
+return tostring(tat - now)
+"""
+
+
+class Limiter(Protocol):
+    def slot(self) -> AbstractContextManager[None]: ...
+
+    def reserve(self) -> float: ...
+
+    def wait_turn(self) -> float: ...
+
+
+def endpoint_key(base_url: str) -> str:
+    """A short, stable name for an endpoint (a URL may be long; it is never a secret)."""
+    normalized = (base_url or "default").strip().rstrip("/").lower()
+    return hashlib.sha256(normalized.encode()).hexdigest()[:16]
+
+
+class _LimiterBase:
+    def __init__(self, *, base_url: str, concurrency: int, requests_per_minute: int) -> None:
+        self.key = endpoint_key(base_url)
+        self.concurrency = max(1, int(concurrency))
+        self.requests_per_minute = max(0, int(requests_per_minute))
+
+    def wait_turn(self) -> float:
+        """Sleep until this request may start under the per-minute limit; return the wait."""
+        wait = self.reserve()
+        if wait > 0:
+            time.sleep(wait)
+        return wait
+
+    def reserve(self) -> float:
+        raise NotImplementedError
+
+
+class RedisLimiter(_LimiterBase):
+    """Limits shared by every worker that talks to the same Redis."""
+
+    def __init__(
+        self,
+        *,
+        client,
+        base_url: str,
+        concurrency: int,
+        requests_per_minute: int,
+        lease_seconds: float,
+    ) -> None:
+        super().__init__(
+            base_url=base_url, concurrency=concurrency, requests_per_minute=requests_per_minute
+        )
+        self.client = client
+        self.lease_seconds = float(lease_seconds)
+        self._acquire = client.register_script(_ACQUIRE)
+        self._reserve = client.register_script(_RESERVE)
+        self.slots_key = f"{KEY_PREFIX}:{self.key}:slots"
+        self.rate_key = f"{KEY_PREFIX}:{self.key}:rate"
+
+    def try_acquire(self) -> str | None:
+        token = uuid.uuid4().hex
+        taken = self._acquire(
+            keys=[self.slots_key], args=[self.concurrency, self.lease_seconds, token]
+        )
+        return token if int(taken) == 1 else None
+
+    def release(self, token: str) -> None:
+        self.client.zrem(self.slots_key, token)
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one of the endpoint's concurrent-request slots for the duration."""
+        token = self.try_acquire()
+        while token is None:
+            time.sleep(random.uniform(*POLL_SECONDS))
+            token = self.try_acquire()
+        try:
+            yield
+        finally:
+            self.release(token)
+
+    def in_flight(self) -> int:
+        return int(self.client.zcard(self.slots_key))
+
+    def reserve(self) -> float:
+        if not self.requests_per_minute:
+            return 0.0
+        wait = self._reserve(keys=[self.rate_key], args=[60.0 / self.requests_per_minute])
+        return max(0.0, float(wait))
+
+
+class _ProcessState:
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.in_flight = 0
+        self.next_free = 0.0
+
+
+class LocalLimiter(_LimiterBase):
+    """The same limits for the threads of one process (no Redis configured)."""
+
+    _states: dict[str, _ProcessState] = {}
+    _states_lock = threading.Lock()
+
+    def __init__(self, *, base_url: str, concurrency: int, requests_per_minute: int) -> None:
+        super().__init__(
+            base_url=base_url, concurrency=concurrency, requests_per_minute=requests_per_minute
+        )
+        with self._states_lock:
+            self.state = self._states.setdefault(self.key, _ProcessState())
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        state = self.state
+        with state.lock:
+            while state.in_flight >= self.concurrency:
+                state.lock.wait()
+            state.in_flight += 1
+        try:
+            yield
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+                state.lock.notify()
+
+    def in_flight(self) -> int:
+        return self.state.in_flight
+
+    def reserve(self) -> float:
+        if not self.requests_per_minute:
+            return 0.0
+        with self.state.lock:
+            now = time.monotonic()
+            start = max(self.state.next_free, now)
+            self.state.next_free = start + 60.0 / self.requests_per_minute
+            return start - now
+
+
+_clients: dict[str, object] = {}
+_clients_lock = threading.Lock()
+
+
+def _redis_client(url: str):
+    # One client (and connection pool) per URL and process; redis-py's pool is thread-safe
+    # and notices a fork, so Celery's prefork children get their own connections.
+    with _clients_lock:
+        client = _clients.get(url)
+        if client is None:
+            import redis
+
+            client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+            _clients[url] = client
+        return client
+
+
+def limiter_for(
+    *,
+    base_url: str,
+    concurrency: int,
+    requests_per_minute: int,
+    lease_seconds: float,
+    redis_url: str | None = None,
+) -> RedisLimiter | LocalLimiter:
+    """The limiter for an endpoint: in Redis when one is configured, else in this process."""
+    url = django_settings.REDIS_URL if redis_url is None else redis_url
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisLimiter(
+            client=_redis_client(url),
+            base_url=base_url,
+            concurrency=concurrency,
+            requests_per_minute=requests_per_minute,
+            lease_seconds=lease_seconds,
+        )
+    return LocalLimiter(
+        base_url=base_url, concurrency=concurrency, requests_per_minute=requests_per_minute
+    )

@@ -1,0 +1,219 @@
+"""A scriptable chat-completions server on loopback, for tests and benchmarks.
+
+It speaks the part of the OpenAI HTTP protocol the policy uses (`POST .../chat/completions`
+with tools, `tool_choice` and image parts), records every request it receives, and answers
+each one with the next scripted `Reply` (or `responder(body)`, or `default`): tool calls,
+plain text, malformed arguments, HTTP errors with headers, slow answers, dropped
+connections, empty answers, refusals, reasoning text.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from rollouts.tools import TOOL_NAME
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    # (function name, raw arguments string) per tool call
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)
+    content: str | None = None
+    refusal: str | None = None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    error_message: str = ""
+    delay: float = 0.0
+    close: bool = False
+    no_choices: bool = False
+    usage: tuple[int, int] = (120, 12)
+
+
+def tool_call(*actions: str, name: str = TOOL_NAME) -> Reply:
+    return Reply(tool_calls=[(name, json.dumps({"actions": list(actions)}))])
+
+
+def raw_arguments(arguments: str) -> Reply:
+    return Reply(tool_calls=[(TOOL_NAME, arguments)])
+
+
+def text(content: str, *, reasoning: str | None = None) -> Reply:
+    return Reply(content=content, reasoning=reasoning)
+
+
+def status(code: int, *, retry_after: str | None = None, message: str = "") -> Reply:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return Reply(status=code, headers=headers, error_message=message or f"scripted {code}")
+
+
+def slow(seconds: float, reply: Reply | None = None) -> Reply:
+    reply = reply or tool_call("noop")
+    reply.delay = seconds
+    return reply
+
+
+def closed() -> Reply:
+    return Reply(close=True)
+
+
+def empty() -> Reply:
+    return Reply(content=None)
+
+
+def refusal(message: str) -> Reply:
+    return Reply(refusal=message)
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float
+
+
+class ChatServer:
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.default: Reply = tool_call("noop")
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        self.requests: list[Received] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._script: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._count = 0
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        """Answer the next requests with these replies, in order, then with `default`."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def start(self) -> ChatServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        if self.responder is not None:
+            return self.responder(body)
+        return self.default
+
+    def _answer(self, reply: Reply, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        with self._lock:
+            self._count += 1
+            number = self._count
+        if reply.status != 200:
+            payload: dict[str, Any] = {
+                "error": {"message": reply.error_message, "type": "scripted", "code": None}
+            }
+            return reply.status, reply.headers, json.dumps(payload).encode()
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.refusal is not None:
+            message["refusal"] = reply.refusal
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{number}_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+                for i, (name, arguments) in enumerate(reply.tool_calls)
+            ]
+        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        choices = (
+            [] if reply.no_choices else [{"index": 0, "message": message, "finish_reason": finish}]
+        )
+        prompt_tokens, completion_tokens = reply.usage
+        payload = {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        return 200, reply.headers, json.dumps(payload).encode()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if not self.path.endswith("/chat/completions"):
+                    self._send(404, {}, b'{"error": {"message": "not found"}}')
+                    return
+                body = json.loads(raw or b"{}")
+                with server._lock:
+                    server.requests.append(
+                        Received(
+                            self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            body,
+                            time.monotonic(),
+                        )
+                    )
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    reply = server._next_reply(body)
+                    pause = server.delay + reply.delay
+                    if pause:
+                        time.sleep(pause)
+                    if reply.close:
+                        self.close_connection = True
+                        return
+                    self._send(*server._answer(reply, body))
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up (a timeout): fine
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _send(self, code: int, headers: dict[str, str], payload: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler
