@@ -1,0 +1,131 @@
+"""The per-endpoint limiter: shared through real Redis by every worker, or in-process."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from rollouts.rate_limit import LocalLimiter, RedisLimiter, limiter_for
+
+REDIS_URL = os.environ.get("CELERY_BROKER_URL", "")
+pytestmark = pytest.mark.skipif(
+    not REDIS_URL.startswith("redis://"), reason="needs CELERY_BROKER_URL=redis://..."
+)
+
+
+@pytest.fixture
+def endpoint() -> str:
+    return f"http://limit-test-{uuid.uuid4().hex}/v1"
+
+
+def worker_limiter(endpoint: str, *, concurrency: int = 2, rpm: int = 0, lease: float = 30):
+    """A limiter with its own Redis connection, as a separate worker process would have."""
+    return RedisLimiter(
+        client=redis.Redis.from_url(REDIS_URL),
+        base_url=endpoint,
+        concurrency=concurrency,
+        requests_per_minute=rpm,
+        lease_seconds=lease,
+    )
+
+
+def test_it_shares_the_concurrency_limit_between_workers(endpoint):
+    first, second = worker_limiter(endpoint), worker_limiter(endpoint)
+    a = first.try_acquire()
+    b = second.try_acquire()
+    assert a and b
+    assert first.try_acquire() is None and second.try_acquire() is None
+    second.release(a)
+    assert first.try_acquire() is not None
+    assert first.in_flight() == second.in_flight() == 2
+
+
+def test_it_never_lets_more_requests_in_than_the_limit(endpoint):
+    limiters = [worker_limiter(endpoint, concurrency=3) for _ in range(2)]
+    lock = threading.Lock()
+    inside = peak = done = 0
+
+    def request(limiter) -> None:
+        nonlocal inside, peak, done
+        for _ in range(5):
+            with limiter.slot():
+                with lock:
+                    inside += 1
+                    peak = max(peak, inside)
+                time.sleep(0.01)
+                with lock:
+                    inside -= 1
+                    done += 1
+
+    threads = [threading.Thread(target=request, args=(limiters[i % 2],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert done == 40
+    assert 1 <= peak <= 3
+    assert limiters[0].in_flight() == 0
+
+
+def test_it_frees_the_slot_of_a_worker_that_died(endpoint):
+    dead = worker_limiter(endpoint, concurrency=1, lease=0.3)
+    assert dead.try_acquire() is not None  # never released
+    alive = worker_limiter(endpoint, concurrency=1, lease=0.3)
+    assert alive.try_acquire() is None
+    time.sleep(0.5)
+    assert alive.try_acquire() is not None
+
+
+def test_it_spaces_requests_evenly_under_a_per_minute_limit(endpoint):
+    first, second = worker_limiter(endpoint, rpm=60), worker_limiter(endpoint, rpm=60)
+    waits = [first.reserve(), second.reserve(), first.reserve()]
+    # Reservations, computed by Redis: one a second, whichever worker asks.
+    assert waits[0] < 0.5
+    assert 0.5 < waits[1] <= 1.0
+    assert 1.5 < waits[2] <= 2.0
+    assert worker_limiter(endpoint, rpm=0).reserve() == 0.0
+
+
+def test_it_limits_in_process_without_redis(endpoint):
+    limiter = limiter_for(
+        base_url=endpoint, concurrency=2, requests_per_minute=30, lease_seconds=30, redis_url=""
+    )
+    assert isinstance(limiter, LocalLimiter)
+    other = limiter_for(
+        base_url=endpoint, concurrency=2, requests_per_minute=30, lease_seconds=30, redis_url=""
+    )
+    lock = threading.Lock()
+    inside = peak = 0
+
+    def request(lim) -> None:
+        nonlocal inside, peak
+        with lim.slot():
+            with lock:
+                inside += 1
+                peak = max(peak, inside)
+            time.sleep(0.02)
+            with lock:
+                inside -= 1
+
+    threads = [threading.Thread(target=request, args=((limiter, other)[i % 2],)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert 1 <= peak <= 2 and limiter.in_flight() == 0
+    waits = [limiter.reserve(), other.reserve()]
+    assert waits[0] < 1.0 and 1.0 < waits[1] <= 2.0 + waits[0]
+
+
+def test_it_uses_redis_when_the_broker_is_redis(endpoint, settings):
+    settings.REDIS_URL = REDIS_URL
+    limiter = limiter_for(base_url=endpoint, concurrency=4, requests_per_minute=0, lease_seconds=30)
+    assert isinstance(limiter, RedisLimiter)
+    with limiter.slot():
+        assert limiter.in_flight() == 1
+    assert limiter.in_flight() == 0
