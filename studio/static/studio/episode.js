@@ -35,7 +35,8 @@
   }
 
   function idUrl(template, id) {
-    return template.replace(/\/0\/$/, "/" + Number(id) + "/");
+    // Templates are reversed with id 0: /turns/0/flag/ -> /turns/<id>/flag/
+    return template.replace("/0/", "/" + Number(id) + "/");
   }
 
   function field(name) {

@@ -1,0 +1,145 @@
+"""The episode viewer in headless Debian Chromium, against a live server: keys, flag, note.
+
+Playwright's sync API runs an event loop in this thread, so Django's ORM calls made here
+need DJANGO_ALLOW_ASYNC_UNSAFE (set for these tests only). Never downloads a browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connections
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from rollouts import services
+from rollouts.models import Episode, Turn
+from rollouts.rollout_settings import RolloutSettings
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "episode-viewer.png"
+
+
+@pytest.fixture
+def allow_orm_beside_event_loop(monkeypatch) -> None:
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture
+def chromium(allow_orm_beside_event_loop) -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (make test does)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        # While Playwright's loop runs, Django keeps this thread's ORM connection apart
+        # (context-local storage); close it here, or it outlives the test database.
+        connections.close_all()
+        browser.close()
+
+
+@pytest.fixture
+def studio_page(chromium: Browser) -> Iterator[Page]:
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def _user(username: str, *, editor: bool) -> User:
+    user = User.objects.create_user(username, password=f"{username}-pass-123")
+    if editor:
+        user.user_permissions.add(Permission.objects.get(codename="review_turn"))
+    return user
+
+
+def _played_episode(*, steps: int, seed: int = 1) -> Episode:
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=(seed,), steps=steps, name="tour"),
+        enqueue=False,
+    )
+    episode = batch.episodes.get()
+    assert services.episode_run(episode_id=episode.id) == "finished"
+    return episode
+
+
+def _log_in(page: Page, base_url: str, path: str, username: str) -> None:
+    page.goto(base_url + path)
+    expect(page).to_have_url(f"{base_url}/login/?next={path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"{username}-pass-123")
+    page.click("button[type=submit]")
+    # The viewer keeps the turn at the cursor in the address: ?turn=0 on arrival.
+    expect(page).to_have_url(f"{base_url}{path}?turn=0")
+
+
+def test_it_flags_the_next_turn_with_keys_and_stores_it(studio_page: Page, live_server):
+    page = studio_page
+    _user("reviewer", editor=True)
+    episode = _played_episode(steps=40)
+    Turn.objects.filter(episode=episode, index=2).update(
+        model_text='<img src=x onerror="window.pwned=1"> I will chop the tree.'
+    )
+    turn_count = episode.turns.count()
+    path = f"/episodes/{episode.id}/"
+    _log_in(page, live_server.url, path, "reviewer")
+    position = page.locator("#turn-pos")
+    expect(position).to_have_text(f"1 / {turn_count}")
+
+    page.keyboard.press("ArrowRight")
+    expect(position).to_have_text(f"2 / {turn_count}")
+    with page.expect_response(
+        lambda r: r.request.method == "POST" and "/flag/" in r.url
+    ) as flag_response:
+        page.keyboard.press("f")
+    assert flag_response.value.status == 200
+    expect(page.locator("#flag-button")).to_have_attribute("aria-pressed", "true")
+    assert list(
+        Turn.objects.filter(episode=episode, flagged=True).values_list("index", flat=True)
+    ) == [1]
+
+    page.keyboard.press("n")
+    page.keyboard.type("Walks into the tree instead of chopping it.")
+    with page.expect_response(lambda r: "/note/" in r.url) as note_response:
+        page.keyboard.press("Control+Enter")
+    assert note_response.value.status == 200
+    turn = Turn.objects.get(episode=episode, index=1)
+    assert turn.note == "Walks into the tree instead of chopping it."
+    page.keyboard.press("Escape")
+
+    # Model output is shown as text, never run.
+    page.keyboard.press("ArrowRight")
+    model_text = page.locator('[data-field="model_text"]')
+    expect(model_text).to_contain_text('<img src=x onerror="window.pwned=1">')
+    assert page.evaluate("window.pwned") is None
+
+    page.keyboard.press("?")
+    expect(page.locator("#help")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator("#help")).to_be_hidden()
+
+    page.keyboard.press("ArrowLeft")
+    expect(position).to_have_text(f"2 / {turn_count}")
+    expect(page.locator("#note")).to_have_value("Walks into the tree instead of chopping it.")
+    page.wait_for_load_state("networkidle")
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT))
+    assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_it_lets_a_viewer_look_but_not_flag(studio_page: Page, live_server):
+    page = studio_page
+    _user("looker", editor=False)
+    episode = _played_episode(steps=8, seed=2)
+    path = f"/episodes/{episode.id}/"
+    _log_in(page, live_server.url, path, "looker")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("f")
+    expect(page.locator("#review-status")).to_contain_text("needs the review permission")
+    expect(page.locator("#flag-button")).to_have_count(0)
+    assert not Turn.objects.filter(flagged=True).exists()
