@@ -332,3 +332,48 @@ def export_files(
         raise
     result.reports = list(reports.values())
     return result
+
+
+def preview_rows(
+    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5, store=None
+) -> list[dict[str, Any]]:
+    """The first rows as the export builds them, image data swapped for frame hashes.
+
+    Image parts become `{"type": "image", "sha256": ...}` so a page can show them through
+    the frame view instead of inlining base64.
+    """
+    import json
+
+    store = store or FrameStore()
+    builder = RowBuilder(
+        load_png=lambda frame: store.read(frame.name),
+        history_frames=options.history_frames,
+        row_format="studio",
+    )
+    contexts = _EpisodeContexts(history_frames=options.history_frames)
+    rows: list[dict[str, Any]] = []
+    episode: EpisodeContext | None = None
+    queryset = turn_queryset(filters).order_by("episode_id", "index").values_list(*_TURN_FIELDS)
+    for values in queryset[: limit * 4]:
+        if episode is None or episode.episode_id != values[0]:
+            episode = contexts.load(values[0])
+        record = TurnRecord(*values[:10], frame=FrameRef(values[10], values[11]))
+        built = builder.row(record, episode)
+        if filters.user_image and not built.user_has_image:
+            continue
+        if filters.include_assistant and not built.assistant_has_image:
+            continue
+        row = json.loads(built.text)
+        shas = iter(sha for sha, _, _ in built.images)
+        for message in row["messages"]:
+            if isinstance(message.get("content"), list):
+                message["content"] = [
+                    {"type": "image", "sha256": next(shas)}
+                    if part.get("type") == "image_url"
+                    else part
+                    for part in message["content"]
+                ]
+        rows.append(row)
+        if len(rows) >= limit:
+            break
+    return rows

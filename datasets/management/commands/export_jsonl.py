@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +94,7 @@ class Command(StudioCommand):
                 )
         except ExportRefused as exc:
             for line in exc.lines():
-                sys.stderr.write(f"{line}\n")
+                self.stderr.write(line)
             raise CommandError(f"{exc}; nothing written", returncode=1) from exc
         summary = result.summary()
         if export_options.format == "openai":

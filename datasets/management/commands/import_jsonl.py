@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,6 @@ class Command(StudioCommand):
             summary = import_file(path=path, name=options["name"])
         except ImportFailed as exc:
             for line in exc.errors:
-                sys.stderr.write(f"{line}\n")
+                self.stderr.write(line)
             raise CommandError(str(exc), returncode=1) from exc
         self.stdout.write(json.dumps(summary))

@@ -1,0 +1,64 @@
+"""Reads for datasets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count, IntegerField, QuerySet, Sum
+from django.db.models.expressions import RawSQL
+
+from datasets.exporting import preview_rows
+from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.models import Dataset, DatasetVersion
+from rollouts.models import RolloutBatch, Turn
+
+# Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
+_IMAGES_SQL = (
+    "CASE WHEN {t}.request_messages = '[]'::jsonb THEN 1 + LEAST({t}.\"index\", %s) "
+    "ELSE jsonb_array_length(jsonb_path_query_array({t}.request_messages, "
+    "'$[*].content[*] ? (@.type == \"image_url\")', '{{}}', true)) END"
+)
+
+
+def datasets_recent() -> QuerySet[Dataset]:
+    return Dataset.objects.select_related("created_by").annotate(version_count=Count("versions"))
+
+
+def dataset_versions(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
+    return dataset.versions.select_related("created_by").order_by("-number")
+
+
+def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[str, int]:
+    """Turns, episodes and images the export would write (images exact on PostgreSQL)."""
+    queryset = turn_queryset(filters)
+    aggregates: dict[str, Any] = {
+        "turns": Count("id"),
+        "episodes": Count("episode_id", distinct=True),
+    }
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(Turn._meta.db_table)
+        aggregates["images"] = Sum(
+            RawSQL(_IMAGES_SQL.format(t=table), (options.history_frames,)),
+            output_field=IntegerField(),
+        )
+    counts = queryset.aggregate(**aggregates)
+    counts.setdefault("images", counts["turns"])
+    counts["images"] = counts["images"] or 0
+    return counts
+
+
+def dataset_preview(
+    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
+) -> list[dict[str, Any]]:
+    return preview_rows(filters=filters, options=options, limit=limit)
+
+
+def filter_choices() -> dict[str, list]:
+    """What the filter form offers: batches, models and policies that exist."""
+    return {
+        "batches": list(RolloutBatch.objects.order_by("-id").values_list("id", "name", "policy")),
+        "models": sorted(
+            set(RolloutBatch.objects.exclude(model="").values_list("model", flat=True))
+        ),
+    }

@@ -1,0 +1,215 @@
+"""Dataset pages. Login is enforced for all of them by LoginRequiredMiddleware; editing,
+exporting and importing need `rollouts.review_turn`; viewers can look and download."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from django.conf import settings as django_settings
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
+from django.core.files.storage import default_storage
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.text import slugify
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from datasets import selectors, services
+from datasets.filters import DatasetFilters, ExportOptions, FilterError
+from datasets.forms import DatasetForm, ImportForm
+from datasets.importing import ImportFailed, import_file
+from datasets.jsonl import RowError
+from datasets.models import Dataset, DatasetVersion
+
+EDIT_PERMISSION = "rollouts.review_turn"
+POLL_SECONDS = 1
+PREVIEW_ROWS = 5
+# Uploads past this are refused before any parsing (STUDIO_IMPORT_MAX_BYTES to change it).
+IMPORT_MAX_BYTES = getattr(django_settings, "STUDIO_IMPORT_MAX_BYTES", 512 * 1024 * 1024)
+
+
+def _can_edit(request: HttpRequest) -> bool:
+    return request.user.has_perm(EDIT_PERMISSION)
+
+
+@require_GET
+def dataset_list(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "datasets/dataset_list.html",
+        {"datasets": selectors.datasets_recent(), "can_edit": _can_edit(request)},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(EDIT_PERMISSION, raise_exception=True)
+def dataset_new(request: HttpRequest) -> HttpResponse:
+    form = DatasetForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        dataset = services.dataset_create(
+            name=form.cleaned_data["name"],
+            description=form.cleaned_data["description"],
+            filters=form.filters,
+            options=form.options,
+            created_by=request.user,
+        )
+        messages.success(request, f"Dataset {dataset.name!r} saved.")
+        return redirect("datasets:dataset_detail", dataset_id=dataset.id)
+    return render(request, "datasets/dataset_new.html", {"form": form})
+
+
+@require_http_methods(["GET", "POST"])
+def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
+    dataset = get_object_or_404(Dataset, id=dataset_id)
+    if request.method == "POST":
+        if not _can_edit(request):
+            raise PermissionDenied
+        form = DatasetForm.for_dataset(dataset, data=request.POST)
+        if form.is_valid():
+            services.dataset_update(
+                dataset=dataset,
+                name=form.cleaned_data["name"],
+                description=form.cleaned_data["description"],
+                filters=form.filters,
+                options=form.options,
+            )
+            messages.success(request, "Filters saved. Existing versions keep their own.")
+            return redirect("datasets:dataset_detail", dataset_id=dataset.id)
+    else:
+        form = DatasetForm.for_dataset(dataset)
+    filters = DatasetFilters.from_json(dataset.filters)
+    options = ExportOptions.from_json(dataset.export_options)
+    preview, preview_error = [], ""
+    try:
+        preview = selectors.dataset_preview(filters=filters, options=options, limit=PREVIEW_ROWS)
+    except (RowError, OSError) as exc:
+        preview_error = str(exc)
+    return render(
+        request,
+        "datasets/dataset_detail.html",
+        {
+            "dataset": dataset,
+            "form": form,
+            "counts": selectors.dataset_counts(filters=filters, options=options),
+            "preview": preview,
+            "preview_error": preview_error,
+            **_versions_context(dataset),
+            "can_edit": _can_edit(request),
+        },
+    )
+
+
+def _versions_context(dataset: Dataset) -> dict:
+    versions = list(selectors.dataset_versions(dataset=dataset))
+    active = any(
+        v.status in (DatasetVersion.Status.PENDING, DatasetVersion.Status.RUNNING) for v in versions
+    )
+    return {"versions": versions, "active": active, "poll_seconds": POLL_SECONDS}
+
+
+@require_GET
+def dataset_counts(request: HttpRequest) -> HttpResponse:
+    """Live counts for the filter form as it is being edited (htmx)."""
+    form = DatasetForm(request.GET)
+    context: dict = {}
+    if form.is_valid():
+        context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
+    else:
+        context["errors"] = [e for errors in form.errors.values() for e in errors]
+    return render(request, "datasets/partials/counts.html", context)
+
+
+@require_GET
+def dataset_versions(request: HttpRequest, dataset_id: int) -> HttpResponse:
+    dataset = get_object_or_404(Dataset, id=dataset_id)
+    return render(
+        request,
+        "datasets/partials/versions.html",
+        {"dataset": dataset, **_versions_context(dataset), "can_edit": _can_edit(request)},
+    )
+
+
+@require_POST
+@permission_required(EDIT_PERMISSION, raise_exception=True)
+def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
+    dataset = get_object_or_404(Dataset, id=dataset_id)
+    try:
+        version = services.dataset_version_create(dataset=dataset, created_by=request.user)
+    except FilterError as exc:
+        messages.error(request, f"Cannot export: {exc}")
+        return redirect("datasets:dataset_detail", dataset_id=dataset.id)
+    messages.success(request, f"Version {version.number} is being exported.")
+    return redirect("datasets:dataset_detail", dataset_id=dataset.id)
+
+
+@require_GET
+def version_download(request: HttpRequest, version_id: int) -> FileResponse:
+    version = get_object_or_404(DatasetVersion, id=version_id, status=DatasetVersion.Status.DONE)
+    which = request.GET.get("file", "train")
+    if which == "val":
+        name = version.val.get("file")
+        if not name:
+            raise Http404("this version has no validation file")
+    else:
+        name = version.file.name
+    try:
+        handle = default_storage.open(name, "rb")
+    except FileNotFoundError as exc:
+        raise Http404("export file missing") from exc
+    suffix = ".val.jsonl" if which == "val" else ".jsonl"
+    filename = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}{suffix}"
+    response = FileResponse(
+        handle, as_attachment=True, filename=filename, content_type="application/jsonl"
+    )
+    response["X-Content-SHA256"] = (
+        version.val.get("sha256", "") if which == "val" else version.sha256
+    )
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(EDIT_PERMISSION, raise_exception=True)
+def dataset_import(request: HttpRequest) -> HttpResponse:
+    form = ImportForm(request.POST or None, request.FILES or None)
+    errors: list[str] = []
+    summary_error = ""
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data["file"]
+        if upload.size > IMPORT_MAX_BYTES:
+            form.add_error("file", f"The file is larger than {IMPORT_MAX_BYTES} bytes.")
+        else:
+            fd, tmp = tempfile.mkstemp(prefix="studio-import-", suffix=".jsonl")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    for chunk in upload.chunks():
+                        fh.write(chunk)
+                summary = import_file(
+                    path=tmp,
+                    name=form.cleaned_data["name"] or Path(upload.name).name,
+                    created_by=request.user,
+                )
+            except ImportFailed as exc:
+                errors, summary_error = exc.errors, str(exc)
+            else:
+                messages.success(
+                    request,
+                    f"Imported {summary['turns']} turns in {summary['episodes']} episodes "
+                    f"({summary['frames']} frames).",
+                )
+                return redirect("datasets:dataset_detail", dataset_id=summary["dataset_id"])
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+    return render(
+        request,
+        "datasets/dataset_import.html",
+        {
+            "form": form,
+            "errors": errors,
+            "summary_error": summary_error,
+            "max_bytes": IMPORT_MAX_BYTES,
+        },
+        status=400 if errors else 200,
+    )
