@@ -16,11 +16,18 @@ def frame_name(sha256: str) -> str:
 
 
 class FrameStore:
-    """Writes each distinct PNG once; remembers what it has written in this process."""
+    """Writes each distinct PNG once; remembers what it has written in this process.
+
+    `put` writes at once. `stage` only names the file and queues the bytes, so that a caller
+    can write a whole chunk later, off its hot loop (`take_staged` then `write_many`), before
+    it commits the rows that name those files.
+    """
 
     def __init__(self, storage: Storage | None = None) -> None:
         self.storage = storage or default_storage
         self._known: set[str] = set()
+        self._dirs: set[Path] = set()
+        self._staged: list[tuple[str, bytes]] = []
         try:
             self._root: Path | None = Path(self.storage.path(""))
         except NotImplementedError:  # remote storage (S3): no local path
@@ -28,26 +35,42 @@ class FrameStore:
 
     def put(self, png: bytes) -> tuple[str, str]:
         """Store `png` if new; return (sha256, storage name)."""
+        sha256, name = self.stage(png)
+        self.write_many(self.take_staged())
+        return sha256, name
+
+    def stage(self, png: bytes) -> tuple[str, str]:
         sha256 = hashlib.sha256(png).hexdigest()
         name = frame_name(sha256)
         if sha256 not in self._known:
-            if self._root is not None:
-                self._write_local(self._root / name, png)
-            elif not self.storage.exists(name):
-                self.storage.save(name, ContentFile(png))
             self._known.add(sha256)
+            self._staged.append((name, png))
         return sha256, name
 
-    @staticmethod
-    def _write_local(path: Path, png: bytes) -> None:
+    def take_staged(self) -> list[tuple[str, bytes]]:
+        staged, self._staged = self._staged, []
+        return staged
+
+    def write_many(self, files: list[tuple[str, bytes]]) -> None:
+        for name, png in files:
+            self._write(name, png)
+
+    def _write(self, name: str, png: bytes) -> None:
+        if self._root is None:
+            if not self.storage.exists(name):
+                self.storage.save(name, ContentFile(png))
+            return
+        path = self._root / name
         if path.exists():
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent not in self._dirs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(path.parent)
         # Write then rename: two workers storing the same frame never leave a torn file.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)
             fh.write(png)
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
 
     def read(self, name: str) -> bytes:

@@ -8,10 +8,11 @@ re-claimed by another) stops at its next chunk instead of writing beside the new
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings as django_settings
-from django.db import transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from rollouts.crafter_env import ACTION_INDEX, StudioEnv, encode_png, text_observation
@@ -88,8 +89,20 @@ class EpisodeRecorder:
         self.totals = EpisodeTotals()
         self._frames: list[Frame] = []
         self._turns: list[Turn] = []
+        self._writing: Future[None] | None = None
+        self._writer = (
+            None
+            if connection.in_atomic_block
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer")
+        )
 
     def play(self) -> EpisodeTotals:
+        try:
+            return self._play()
+        finally:
+            self._close_writer()
+
+    def _play(self) -> EpisodeTotals:
         settings, episode = self.settings, self.episode
         env = StudioEnv(seed=int(episode.seed), size=settings.image_size, length=settings.steps)
         frame, png = self._add_frame(env, env.reset())
@@ -160,11 +173,12 @@ class EpisodeRecorder:
             if len(self._turns) >= self.chunk:
                 self.flush()
         self.flush()
+        self._wait_for_writer()
         return self.totals
 
     def _add_frame(self, env: StudioEnv, pixels) -> tuple[Frame, bytes]:
         encoded = encode_png(pixels)
-        sha256, name = self.store.put(encoded.png)
+        sha256, name = self.store.stage(encoded.png)
         frame = Frame(
             episode=self.episode,
             step=env.step_count,
@@ -178,14 +192,51 @@ class EpisodeRecorder:
         return frame, encoded.png
 
     def flush(self) -> None:
-        """Write pending frames and turns and renew the claim, all or nothing."""
+        """Hand the pending frames and turns to the writer; wait for the chunk before it.
+
+        In autocommit mode (workers, `--inline`) chunks are written by a thread of their own,
+        so the game plays on while the database works; inside a caller's transaction (tests,
+        a caller's atomic block) they are written here, in that transaction.
+        """
+        chunk = (self.store.take_staged(), self._frames, self._turns, self.totals.steps)
+        self._frames, self._turns = [], []
+        self._wait_for_writer()
+        if self._writer is None:
+            self._write_chunk(*chunk)
+        else:
+            self._writing = self._writer.submit(self._write_chunk, *chunk)
+
+    def _wait_for_writer(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
+
+    def _close_writer(self) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._wait_for_writer()
+        finally:
+            # The writer thread's own database connection must not outlive it.
+            self._writer.submit(connections.close_all).result()
+            self._writer.shutdown(wait=True)
+            self._writer = None
+
+    def _write_chunk(
+        self, files: list[tuple[str, bytes]], frames: list[Frame], turns: list[Turn], steps: int
+    ) -> None:
+        """Write one chunk and renew the claim; files first, so no row names a missing file."""
+        self.store.write_many(files)
         with transaction.atomic():
+            if connection.vendor == "postgresql":
+                # A chunk lost in a database crash costs nothing: an episode that did not end
+                # is replayed from the start. So don't wait for the WAL flush on every chunk.
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit = off")
             renewed = Episode.objects.filter(
                 id=self.episode.id, claim_token=self.claim_token, status=Episode.Status.RUNNING
-            ).update(heartbeat_at=timezone.now(), steps=self.totals.steps)
+            ).update(heartbeat_at=timezone.now(), steps=steps)
             if renewed != 1:
                 raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
-            Frame.objects.bulk_create(self._frames)
-            Turn.objects.bulk_create(self._turns)
-        self._frames.clear()
-        self._turns.clear()
+            Frame.objects.bulk_create(frames)
+            Turn.objects.bulk_create(turns)

@@ -1,0 +1,28 @@
+"""What the benchmark scripts share: a Django set-up on a database of their own."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_django(database: str) -> None:
+    """Point Django at a fresh PostgreSQL database `database` (created and migrated here)."""
+    sys.path.insert(0, str(ROOT))
+    base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
+    os.environ["DATABASE_URL"] = f"{base}/{database}"
+    os.environ.setdefault("SECRET_KEY", "benchmark-only")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    import psycopg
+
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{database}"')
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
