@@ -1,0 +1,149 @@
+"""Dataset pages: permissions, live counts, preview with escaping, versions, download, import."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from datasets import services
+from datasets.filters import DatasetFilters, ExportOptions
+from datasets.models import Dataset, DatasetVersion
+
+pytestmark = pytest.mark.django_db
+
+
+def _dataset(batch) -> Dataset:
+    return services.dataset_create(
+        name="scripted <b>", filters=DatasetFilters(batches=(batch.id,)), options=ExportOptions()
+    )
+
+
+def test_it_lets_viewers_look_but_not_edit(viewer_client, scripted_batch):
+    dataset = _dataset(scripted_batch)
+    assert viewer_client.get(reverse("datasets:dataset_list")).status_code == 200
+    page = viewer_client.get(reverse("datasets:dataset_detail", args=[dataset.id]))
+    assert page.status_code == 200
+    assert b"scripted &lt;b&gt;" in page.content and b"scripted <b>" not in page.content
+    assert viewer_client.get(reverse("datasets:dataset_new")).status_code == 403
+    assert viewer_client.get(reverse("datasets:dataset_import")).status_code == 403
+    post = viewer_client.post(reverse("datasets:version_create", args=[dataset.id]))
+    assert post.status_code == 403
+    edit = viewer_client.post(
+        reverse("datasets:dataset_detail", args=[dataset.id]), {"name": "x", "flagged": "any"}
+    )
+    assert edit.status_code == 403
+    assert DatasetVersion.objects.count() == 0
+
+
+def test_it_requires_login(client, scripted_batch):
+    response = client.get(reverse("datasets:dataset_list"))
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batch):
+    counts = editor_client.get(
+        reverse("datasets:dataset_counts"),
+        {
+            "name": "x",
+            "batches": [scripted_batch.id],
+            "flagged": "any",
+            "history_frames": "1",
+            "format": "studio",
+        },
+        HTTP_HX_REQUEST="true",
+    )
+    assert b'data-count="turns">90<' in counts.content
+    assert b'data-count="episodes">3<' in counts.content
+    assert b'data-count="images">177<' in counts.content  # 90 frames + 87 history frames
+    bad = editor_client.get(
+        reverse("datasets:dataset_counts"),
+        {
+            "name": "x",
+            "require_achievements": ["collect_woood"],
+            "flagged": "any",
+            "format": "studio",
+        },
+    )
+    assert b"collect_woood" in bad.content and b"data-count" not in bad.content
+    response = editor_client.post(
+        reverse("datasets:dataset_new"),
+        {
+            "name": "wood",
+            "batches": [scripted_batch.id],
+            "flagged": "exclude",
+            "format": "studio",
+            "history_frames": "0",
+            "val_fraction": "0.2",
+        },
+    )
+    dataset = Dataset.objects.get(name="wood")
+    assert response.status_code == 302
+    assert dataset.filters["batches"] == [scripted_batch.id]
+    assert dataset.filters["flagged"] == "exclude"
+    assert dataset.export_options == {"history_frames": 0, "format": "studio", "val_fraction": 0.2}
+
+
+def test_it_previews_rows_with_frame_images_and_escaped_model_text(
+    editor_client, scripted_batch, tmp_path
+):
+    from datasets.tests.conftest import run
+
+    path = tmp_path / "evil.jsonl"
+    row = {
+        "messages": [
+            {"role": "user", "content": "<img src=x onerror=alert(1)>"},
+            {"role": "assistant", "content": "<script>alert('x')</script>"},
+        ]
+    }
+    path.write_text(json.dumps(row) + "\n")
+    summary = run("import_jsonl", str(path)).summary
+    evil = editor_client.get(reverse("datasets:dataset_detail", args=[summary["dataset_id"]]))
+    assert b"<script>alert" not in evil.content and b"<img src=x" not in evil.content
+    assert b"&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in evil.content
+    page = editor_client.get(reverse("datasets:dataset_detail", args=[_dataset(scripted_batch).id]))
+    frame = scripted_batch.episodes.order_by("seed").first().turns.get(index=0).frame
+    assert reverse("rollouts:frame_image", args=[frame.sha256]).encode() in page.content
+    assert b"interact_many" in page.content
+
+
+def test_it_exports_a_version_and_downloads_the_exact_file(
+    editor_client, viewer, scripted_batch, client
+):
+    dataset = _dataset(scripted_batch)
+    response = editor_client.post(reverse("datasets:version_create", args=[dataset.id]))
+    assert response.status_code == 302
+    version = DatasetVersion.objects.get(dataset=dataset)
+    assert version.status == DatasetVersion.Status.PENDING
+    progress = editor_client.get(reverse("datasets:dataset_versions", args=[dataset.id]))
+    assert b'hx-trigger="every' in progress.content
+    # What the Celery task runs (the worker itself is covered in test_versions).
+    assert services.dataset_version_export(version_id=version.id) == "done"
+    version.refresh_from_db()
+    client.force_login(viewer)
+    download = client.get(reverse("datasets:version_download", args=[version.id]))
+    assert download.status_code == 200
+    body = b"".join(download.streaming_content)
+
+    assert hashlib.sha256(body).hexdigest() == version.sha256
+    assert len(body.splitlines()) == version.rows == 90
+    assert "attachment" in download["Content-Disposition"]
+    page = client.get(reverse("datasets:dataset_versions", args=[dataset.id]))
+    assert version.sha256[:8].encode() in page.content and b"every" not in page.content
+
+
+def test_it_imports_an_upload_or_lists_its_errors(editor_client):
+    good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    upload = SimpleUploadedFile("rows.jsonl", (json.dumps(good) + "\n").encode())
+    response = editor_client.post(reverse("datasets:dataset_import"), {"file": upload})
+    assert response.status_code == 302
+    dataset = Dataset.objects.get(name="rows.jsonl")
+    assert response["Location"] == reverse("datasets:dataset_detail", args=[dataset.id])
+    bad = SimpleUploadedFile("bad.jsonl", (json.dumps(good) + "\n{broken\n").encode())
+    response = editor_client.post(reverse("datasets:dataset_import"), {"file": bad})
+    assert response.status_code == 400
+    assert b"line 2: not JSON" in response.content
+    assert Dataset.objects.count() == 1
