@@ -7,6 +7,8 @@ together. So the limiter lives in Redis:
 * concurrency: a sorted set of slot leases (member = random token, score = expiry in Redis
   server time). Taking a slot drops expired leases first, so a worker that died holding a
   slot cannot leak it for longer than the lease (the request timeout plus a margin).
+  Releasing a slot pushes a token on a wake-up list; waiters block on it (BLPOP, served
+  first come, first served across workers) instead of polling.
 * requests per minute: a reservation clock (the "theoretical arrival time" of GCRA without
   burst): each request reserves the next free instant, 60 / rpm seconds after the previous
   one, and sleeps until then. Requests are spread evenly, never bunched at a minute boundary.
@@ -18,7 +20,6 @@ broker of `make demo`), the same limits hold in-process, shared by that process'
 from __future__ import annotations
 
 import hashlib
-import random
 import threading
 import time
 import uuid
@@ -29,9 +30,10 @@ from typing import Protocol
 from django.conf import settings as django_settings
 
 KEY_PREFIX = "studio:vlm-limit"
-# How long a waiting request sleeps between attempts to take a slot; jittered so that
-# waiters on different workers do not poll in lockstep.
-POLL_SECONDS = (0.004, 0.016)
+# A waiting request blocks on a wake-up list that each release pushes to (so waiters neither
+# spin nor poll), and looks again at least this often: a dead worker's lease expires
+# without anyone releasing it.
+WAIT_SECONDS = 0.1
 
 _ACQUIRE = """
 local t = redis.call('TIME')
@@ -43,6 +45,14 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
   return 1
 end
 return 0
+"""
+
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('LPUSH', KEYS[2], '1')
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[2]) - 1)
+redis.call('EXPIRE', KEYS[2], 600)
+return 1
 """
 
 _RESERVE = """
@@ -106,8 +116,10 @@ class RedisLimiter(_LimiterBase):
         self.client = client
         self.lease_seconds = float(lease_seconds)
         self._acquire = client.register_script(_ACQUIRE)
+        self._release = client.register_script(_RELEASE)
         self._reserve = client.register_script(_RESERVE)
         self.slots_key = f"{KEY_PREFIX}:{self.key}:slots"
+        self.wake_key = f"{KEY_PREFIX}:{self.key}:wake"
         self.rate_key = f"{KEY_PREFIX}:{self.key}:rate"
 
     def try_acquire(self) -> str | None:
@@ -118,14 +130,14 @@ class RedisLimiter(_LimiterBase):
         return token if int(taken) == 1 else None
 
     def release(self, token: str) -> None:
-        self.client.zrem(self.slots_key, token)
+        self._release(keys=[self.slots_key, self.wake_key], args=[token, self.concurrency])
 
     @contextmanager
     def slot(self) -> Iterator[None]:
         """Hold one of the endpoint's concurrent-request slots for the duration."""
         token = self.try_acquire()
         while token is None:
-            time.sleep(random.uniform(*POLL_SECONDS))
+            self.client.blpop([self.wake_key], timeout=WAIT_SECONDS)
             token = self.try_acquire()
         try:
             yield
