@@ -9,12 +9,14 @@ import json
 import socket
 import time
 
+import httpx2
 import pytest
 from django.core.management import call_command
 
 from rollouts import selectors, services
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.policies.openai import retry_after_seconds
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
@@ -307,6 +309,20 @@ def test_it_drops_a_parameter_the_server_rejects_by_name(chat_server):
     retried, after = chat_server.requests[1].body, chat_server.requests[2].body
     assert "max_tokens" not in retried and retried["max_completion_tokens"] == 300
     assert "max_tokens" not in after
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "0.5", "retry-after-ms": "250"}, 0.25),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # in the past: at once
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
+def test_it_reads_the_wait_a_server_asks_for(headers, seconds):
+    assert retry_after_seconds(httpx2.Headers(headers)) == seconds
 
 
 def _closed_port() -> int:

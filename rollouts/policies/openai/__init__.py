@@ -1,0 +1,48 @@
+"""The `openai` policy: chat completions on any OpenAI-compatible endpoint (SPEC section 3).
+
+One turn is one model call. The request holds the system prompt and one user message: the
+last K turns when `history_frames` is K (a text of the actions taken, then their frames,
+oldest first), then the text observation and the current frame as a
+`data:image/png;base64,...` URL of exactly the stored PNG. `observation_mode` drops the
+image (`text`) or the text observation (`image`). The one tool is `interact_many`
+(`rollouts.tools`), with `tool_choice` `required`.
+
+What is stored on the turn is the same request with each image part holding
+`{"frame_step": N, "detail": ...}` instead of base64: the frame row is the one copy.
+
+Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
+
+* 429, 408, 409, 5xx, timeouts and dropped connections are retried with jittered
+  exponential backoff, honouring `Retry-After` / `retry-after-ms`, up to `max_retries`; each
+  retry holds the endpoint's limiter again. After the last one the turn failed
+  (`http_<status>`, `timeout`, `connection`) and `on_bad_output` decides: play `noop` or end
+  the episode.
+* Bad output (`malformed_arguments`, `unknown_action`, `wrong_tool`, `no_tool_call`,
+  `empty_answer`, `refusal`) is not retried: the answer is what the model does with this
+  observation. Same `on_bad_output` rule. A text answer without a tool call goes through the
+  documented fallback in `rollouts.text_actions` first (`text_fallback`).
+* An endpoint that cannot be reached on the episode's first call (after a short bounded
+  retry), or that rejects it as misconfigured (401, 403, 404), raises `PolicyUnavailable`:
+  the batch fails in seconds with one clear error. So does an endpoint that fails
+  `STUDIO_OPENAI_MAX_FAILED_TURNS` turns in a row after all retries.
+* A 400 that names a parameter the server does not take (`max_tokens` on reasoning models,
+  `temperature`, `tool_choice` "required" on some local servers) is adapted once and resent.
+"""
+
+from rollouts.policies.openai.answers import read_answer
+from rollouts.policies.openai.messages import build_messages
+from rollouts.policies.openai.policy import (
+    PLACEHOLDER_API_KEY,
+    OpenAIPolicy,
+    retry_after_seconds,
+    shared_client,
+)
+
+__all__ = [
+    "PLACEHOLDER_API_KEY",
+    "OpenAIPolicy",
+    "build_messages",
+    "read_answer",
+    "retry_after_seconds",
+    "shared_client",
+]

@@ -1,0 +1,257 @@
+"""`OpenAIPolicy`: the call with its limiter, retries, backoff and fail-fast rules."""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import random
+import threading
+import time
+from typing import Any
+
+import openai
+from django.conf import settings as django_settings
+from openai.types.chat import ChatCompletion
+
+from rollouts.policies.base import Decision, Observation, PolicyUnavailable
+from rollouts.policies.openai.answers import read_answer
+from rollouts.policies.openai.messages import build_messages
+from rollouts.rate_limit import limiter_for
+from rollouts.rollout_settings import RolloutSettings
+from rollouts.tools import INTERACT_MANY_TOOL
+
+# Local servers (vLLM, Ollama) ignore the key, but the client insists on one.
+PLACEHOLDER_API_KEY = "sk-no-key"
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+MISCONFIGURED_STATUS = frozenset({401, 403, 404})
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """The server's requested wait: `retry-after-ms`, or `Retry-After` in seconds or a date."""
+    if headers is None:
+        return None
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, parsed.timestamp() - time.time())
+
+
+_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(*, base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
+    """One client per endpoint, key and timeout in this process, shared by its episodes.
+
+    Building a client costs ~0.1 s of CPU (its TLS context), as much as a whole model call's
+    worth of work here; its connection pool is thread-safe and keeps connections warm.
+    """
+    key = (base_url, hashlib.sha256(api_key.encode()).hexdigest(), float(timeout))
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = openai.OpenAI(
+                base_url=base_url or None,
+                api_key=api_key,
+                max_retries=0,
+                timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
+            )
+            _clients[key] = client
+        return client
+
+
+class _CallFailed(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class OpenAIPolicy:
+    def __init__(
+        self,
+        settings: RolloutSettings,
+        *,
+        seed: int,
+        client: openai.OpenAI | None = None,
+    ) -> None:
+        self.settings = settings
+        self.seed = seed
+        self._api_key = django_settings.OPENAI_API_KEY or PLACEHOLDER_API_KEY
+        self.client = client or shared_client(
+            base_url=settings.base_url, api_key=self._api_key, timeout=settings.request_timeout
+        )
+        self.limiter = limiter_for(
+            base_url=settings.base_url,
+            concurrency=settings.concurrency,
+            requests_per_minute=settings.requests_per_minute,
+            # A lease outlives any one request, so only a dead worker's slot ever expires.
+            lease_seconds=settings.request_timeout + 30,
+        )
+        self.params: dict[str, Any] = {
+            "temperature": settings.temperature,
+            "max_tokens": settings.max_tokens,
+            "tool_choice": "required",
+        }
+        self.endpoint_answered = False
+        self.failed_turns_in_row = 0
+
+    def close(self) -> None:
+        pass  # the client is shared by this process's episodes and outlives them
+
+    def decide(self, observation: Observation) -> Decision:
+        stored, sent = build_messages(self.settings, observation)
+        decision = Decision(actions=[], request_messages=stored)
+        try:
+            completion = self._complete(sent, decision)
+        except _CallFailed as failure:
+            self.failed_turns_in_row += 1
+            if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
+                raise PolicyUnavailable(
+                    f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} turns "
+                    f"in a row: {failure.message}"
+                ) from failure
+            return self._bad(decision, failure.kind, failure.message)
+        self.failed_turns_in_row = 0
+        bad = read_answer(completion, decision)
+        return self._bad(decision, *bad) if bad else decision
+
+    # --- the call, with retries -----------------------------------------------------------
+
+    def _complete(self, messages: list[dict[str, Any]], decision: Decision) -> Any:
+        transient_retries = 0
+        connect_failures = 0
+        while True:
+            self.limiter.wait_turn()
+            started = time.monotonic()
+            wait: float | None = None
+            try:
+                with self.limiter.slot():
+                    started = time.monotonic()
+                    decision.model_called = True
+                    completion = self._post(messages)
+                decision.latency_ms = _ms_since(started)
+                self.endpoint_answered = True
+                return completion
+            except openai.APIStatusError as exc:
+                decision.latency_ms = _ms_since(started)
+                first_answer = not self.endpoint_answered
+                self.endpoint_answered = True
+                status = exc.status_code
+                kind, message = f"http_{status}", self._describe(exc)
+                if status == 400 and self._adapt(exc):
+                    decision.retries += 1
+                    continue
+                if status in MISCONFIGURED_STATUS and first_answer:
+                    raise PolicyUnavailable(
+                        f"model endpoint {self._endpoint()} refused model "
+                        f"{self.settings.model!r}: {message}"
+                    ) from exc
+                if status not in RETRYABLE_STATUS and status < 500:
+                    raise _CallFailed(kind, message) from exc
+                wait = retry_after_seconds(exc.response.headers)
+            except openai.APIConnectionError as exc:
+                decision.latency_ms = _ms_since(started)
+                # A host that drops packets times out while connecting: that is down, not slow.
+                connecting = type(exc.__cause__).__name__ == "ConnectTimeout"
+                if isinstance(exc, openai.APITimeoutError) and not connecting:
+                    kind = "timeout"
+                    message = f"no answer within {self.settings.request_timeout:g} s"
+                else:
+                    kind, message = "connection", self._describe(exc)
+                if kind == "connection" and not self.endpoint_answered:
+                    connect_failures += 1
+                    if connect_failures >= django_settings.STUDIO_OPENAI_CONNECT_ATTEMPTS:
+                        raise PolicyUnavailable(
+                            f"model endpoint {self._endpoint()} is unreachable "
+                            f"({connect_failures} attempts): {message}"
+                        ) from exc
+                    # Down from the start: a short, bounded retry, not the long backoff.
+                    decision.retries += 1
+                    time.sleep(0.25 * connect_failures)
+                    continue
+            except openai.APIError as exc:
+                decision.latency_ms = _ms_since(started)
+                raise _CallFailed("invalid_response", self._describe(exc)) from exc
+            if transient_retries >= self.settings.max_retries:
+                raise _CallFailed(kind, f"{message} (after {transient_retries} retries)")
+            transient_retries += 1
+            decision.retries += 1
+            time.sleep(self._backoff(transient_retries, wait))
+
+    def _post(self, messages: list[dict[str, Any]]) -> ChatCompletion:
+        # `chat.completions.create` with the same body, minus its per-call parameter
+        # transform: that walks every message part and costs ~3 ms of CPU per call, while a
+        # worker's threads share one core between the game, the recorder and the calls.
+        body = {
+            "model": self.settings.model,
+            "messages": messages,
+            "tools": [INTERACT_MANY_TOOL],
+            **self.params,
+        }
+        return self.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
+    def _backoff(self, retry: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, django_settings.STUDIO_OPENAI_MAX_RETRY_AFTER)
+        ceiling = django_settings.STUDIO_OPENAI_BACKOFF_BASE * 2 ** (retry - 1)
+        ceiling = min(ceiling, django_settings.STUDIO_OPENAI_BACKOFF_MAX)
+        return random.uniform(ceiling / 2, ceiling)
+
+    def _adapt(self, exc: openai.APIStatusError) -> bool:
+        """Resend without a parameter the server rejects by name; each change happens once."""
+        text = f"{exc.message} {exc.body}".lower()
+        if "max_tokens" in self.params and "max_completion_tokens" in text:
+            self.params["max_completion_tokens"] = self.params.pop("max_tokens")
+            return True
+        unsupported = "support" in text  # "unsupported value", "is not supported", ...
+        if "temperature" in self.params and "temperature" in text and unsupported:
+            del self.params["temperature"]
+            return True
+        if self.params.get("tool_choice") == "required" and "tool_choice" in text and unsupported:
+            self.params["tool_choice"] = "auto"
+            return True
+        return False
+
+    def _describe(self, exc: Exception) -> str:
+        message = str(getattr(exc, "message", None) or exc)
+        cause = exc.__cause__
+        if cause is not None and str(cause) and str(cause) not in message:
+            message = f"{message} ({type(cause).__name__}: {cause})"
+        if isinstance(exc, openai.APIStatusError):
+            message = f"HTTP {exc.status_code}: {message}"
+        # Whatever a server echoes back, the key never reaches a row or a log.
+        if self._api_key != PLACEHOLDER_API_KEY:
+            message = message.replace(self._api_key, "[key]")
+        return message[:2000]
+
+    def _endpoint(self) -> str:
+        return self.settings.base_url or str(self.client.base_url)
+
+    def _bad(self, decision: Decision, kind: str, message: str) -> Decision:
+        decision.error_kind = kind
+        decision.error = message[:4000]
+        if self.settings.on_bad_output == "end":
+            decision.actions = []
+            decision.end_episode = True
+        else:
+            decision.actions = ["noop"]
+        return decision
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
