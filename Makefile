@@ -4,22 +4,30 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+HASH := $(shell sha256sum pyproject.toml | cut -c1-12)
+BASE_STAMP := $(VENV)/.installed-base-$(HASH)
+DEV_STAMP := $(VENV)/.installed-dev-$(HASH)
 
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: demo test install services chromium lint bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+
+$(BASE_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PIP) install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $@ $(BASE_STAMP)
 
-install: $(STAMP)
+install: $(DEV_STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	@mkdir -p var
 	DEBUG=1 $(PY) manage.py migrate --noinput -v0
 	DEBUG=1 $(PY) manage.py demo_setup
@@ -38,16 +46,16 @@ services:
 chromium:
 	@test -x /usr/bin/chromium || (DEBIAN_FRONTEND=noninteractive apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
-test: $(STAMP) services chromium
+test: $(DEV_STAMP) services chromium
 	$(VENV)/bin/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) SECRET_KEY=test-only \
 	  STUDIO_MEDIA_ROOT=$(CURDIR)/var/test-media $(VENV)/bin/pytest -q
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-bench: $(STAMP) services
+bench: $(DEV_STAMP) services
 	for script in benchmarks/*.py; do \
 	  DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) SECRET_KEY=bench \
 	  $(PY) $$script || exit 1; done
