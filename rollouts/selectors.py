@@ -34,6 +34,8 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         tool_calls=Sum("tool_calls"),
     )
     counts = batch_episode_counts(batch_id=batch.id)
+    # Of the batch's model errors, those that were unusable answers rather than failed calls.
+    bad_outputs = Episode.objects.filter(batch=batch).aggregate(n=Sum("bad_outputs"))["n"]
     batch.refresh_from_db()
     return {
         "batch_id": batch.id,
@@ -46,6 +48,7 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "total_tool_calls": agg["tool_calls"] or 0,
         "model_calls": batch.model_calls,
         "model_errors": batch.model_errors,
+        "bad_outputs": bad_outputs or 0,
         "model_retries": batch.model_retries,
         "prompt_tokens": batch.prompt_tokens,
         "completion_tokens": batch.completion_tokens,

@@ -238,6 +238,7 @@ def test_it_records_each_fault_and_plays_noop(chat_server, script, extra, kind, 
     assert episode.model_calls == 3 and episode.model_retries == retries
     summary = selectors.batch_summary(batch=batch)
     assert summary["model_errors"] == 1 and summary["model_retries"] == retries
+    assert summary["bad_outputs"] == (1 if counter == "bad" else 0)
     assert summary["status"] == "finished"
 
 
