@@ -11,6 +11,7 @@ leaves nothing behind. Memory does not grow with the number of rows.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections import OrderedDict
@@ -18,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.jsonl import (
@@ -33,6 +37,7 @@ from datasets.validation import (
     ImageError,
     ImageInfo,
     ProviderReport,
+    image_tokens,
     probe_image,
 )
 from rollouts.frame_store import FrameStore, frame_name
@@ -44,16 +49,52 @@ _TURN_FIELDS = (
     "episode_id",
     "index",
     "observation_text",
-    "request_messages",
+    "request_messages_text",
     "model_text",
-    "tool_calls",
-    "actions",
+    "tool_calls_text",
+    "actions_text",
     "reward",
-    "achievements_unlocked",
+    "achievements_unlocked_text",
     "flagged",
     "frame__sha256",
     "frame__image",
 )
+_JSON_FIELDS = ("request_messages", "tool_calls", "actions", "achievements_unlocked")
+_SMALL_JSON = 256
+
+
+def _turn_rows(filters: DatasetFilters):
+    """Turn values in export order, JSON columns as text (see `_JsonLists`)."""
+    return (
+        turn_queryset(filters)
+        .annotate(**{f"{name}_text": Cast(name, TextField()) for name in _JSON_FIELDS})
+        .order_by("episode_id", "index")
+        .values_list(*_TURN_FIELDS)
+    )
+
+
+class _JsonLists:
+    """Parses the JSON columns of turns; most are `[]` or repeat (the same actions).
+
+    Decoding four JSON values per row through the ORM cost more than building the row, so
+    they come as text and small ones are parsed once. Parsed values are shared: read-only.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {"[]": []}
+
+    def __call__(self, text: str | None) -> Any:
+        if text is None:
+            return []
+        value = self._cache.get(text)
+        if value is None:
+            value = json.loads(text)
+            if len(text) <= _SMALL_JSON:
+                if len(self._cache) > 4096:
+                    self._cache.clear()
+                    self._cache["[]"] = []
+                self._cache[text] = value
+        return value
 
 
 class ExportRefused(Exception):
@@ -253,7 +294,9 @@ def export_files(
         sinks["val"] = _Sink(val_output, result.val)
         reports["val"] = ProviderReport(file="val")
     try:
-        queryset = turn_queryset(filters).order_by("episode_id", "index").values_list(*_TURN_FIELDS)
+        queryset = _turn_rows(filters)
+        parse = _JsonLists()
+        token_memo: dict[tuple[str, str], int] = {}
         episode: EpisodeContext | None = None
         split = "train"
         done = 0
@@ -274,12 +317,12 @@ def export_files(
                 episode_id=episode_id,
                 index=index,
                 observation_text=obs,
-                request_messages=request,
+                request_messages=parse(request),
                 model_text=text,
-                tool_calls=calls,
-                actions=actions,
+                tool_calls=parse(calls),
+                actions=parse(actions),
                 reward=reward,
-                achievements_unlocked=unlocked,
+                achievements_unlocked=parse(unlocked),
                 flagged=values[9],
                 frame=FrameRef(values[10], values[11]),
             )
@@ -293,25 +336,35 @@ def export_files(
             if filters.include_assistant and not built.assistant_has_image:
                 continue
             sink = sinks[split]
-            images = [(info_of(sha), role, detail) for sha, role, detail in built.images]
-            report = reports[split]
-            before = report.image_tokens
-            report.check_row(
-                row=sink.result.rows + 1,
-                images=images,
-                text_chars=len(built.text) - built.image_chars,
-                has_answer=built.has_answer,
-                problems=[
-                    f"image {n}: the stored frame cannot be decoded"
-                    for n, info in enumerate(images, start=1)
-                    if info[0] is None
-                ],
-            )
-            sink.result.estimated_tokens += (
-                (len(built.text) - built.image_chars) // CHARS_PER_TOKEN
-                + report.image_tokens
-                - before
-            )
+            text_chars = len(built.text) - built.image_chars
+            if openai:
+                images = [(info_of(sha), role, detail) for sha, role, detail in built.images]
+                report = reports[split]
+                before = report.image_tokens
+                report.check_row(
+                    row=sink.result.rows + 1,
+                    images=images,
+                    text_chars=text_chars,
+                    has_answer=built.has_answer,
+                    problems=[
+                        f"image {n}: the stored frame cannot be decoded"
+                        for n, info in enumerate(images, start=1)
+                        if info[0] is None
+                    ],
+                )
+                row_image_tokens = report.image_tokens - before
+            else:
+                row_image_tokens = 0
+                for sha, _, detail in built.images:
+                    tokens = token_memo.get((sha, detail))
+                    if tokens is None:
+                        info = info_of(sha)
+                        tokens = image_tokens(info, detail) if info is not None else 0
+                        if len(token_memo) > 4096:
+                            token_memo.clear()
+                        token_memo[(sha, detail)] = tokens
+                    row_image_tokens += tokens
+            sink.result.estimated_tokens += text_chars // CHARS_PER_TOKEN + row_image_tokens
             sink.add(built.text, episode_id, len(built.images))
         if progress is not None:
             progress(done)
@@ -342,8 +395,6 @@ def preview_rows(
     Image parts become `{"type": "image", "sha256": ...}` so a page can show them through
     the frame view instead of inlining base64.
     """
-    import json
-
     store = store or FrameStore()
     builder = RowBuilder(
         load_png=lambda frame: store.read(frame.name),
@@ -353,11 +404,23 @@ def preview_rows(
     contexts = _EpisodeContexts(history_frames=options.history_frames)
     rows: list[dict[str, Any]] = []
     episode: EpisodeContext | None = None
-    queryset = turn_queryset(filters).order_by("episode_id", "index").values_list(*_TURN_FIELDS)
-    for values in queryset[: limit * 4]:
+    parse = _JsonLists()
+    for values in _turn_rows(filters)[: limit * 4]:
         if episode is None or episode.episode_id != values[0]:
             episode = contexts.load(values[0])
-        record = TurnRecord(*values[:10], frame=FrameRef(values[10], values[11]))
+        record = TurnRecord(
+            episode_id=values[0],
+            index=values[1],
+            observation_text=values[2],
+            request_messages=parse(values[3]),
+            model_text=values[4],
+            tool_calls=parse(values[5]),
+            actions=parse(values[6]),
+            reward=values[7],
+            achievements_unlocked=parse(values[8]),
+            flagged=values[9],
+            frame=FrameRef(values[10], values[11]),
+        )
         built = builder.row(record, episode)
         if filters.user_image and not built.user_has_image:
             continue

@@ -229,7 +229,7 @@ class RowBuilder:
             episode._meta_prefix
             + str(record.index)
             + episode._meta_middle
-            + dumps(list(record.achievements_unlocked))
+            + (dumps(list(record.achievements_unlocked)) if record.achievements_unlocked else "[]")
             + ', "cumulative_unique": '
             + str(episode.cumulative.get(record.index, len(record.achievements_unlocked)))
             + '}, "reward": '
