@@ -11,8 +11,8 @@ bulk_create (turns share a few real Crafter frames per episode) in two batches: 
 * rows/s of the real export (`datasets.exporting.export_files`: PostgreSQL cursor, row
   building, sha256, file) over the 20,000 turns, next to a raw loop that only `json.dumps`
   the same rows, prebuilt in memory, in the same run; and their ratio (target >= 0.5).
-* peak RSS (ru_maxrss) of a fresh process exporting 20,000 and 80,000 rows (target: less
-  than 10% growth), each export in its own subprocess.
+* peak RSS (VmHWM on Linux, else ru_maxrss) of a fresh process exporting 20,000 and
+  80,000 rows (target: less than 10% growth), each export in its own subprocess.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ DB_NAME = "studio_bench_export"
 SMALL, LARGE = 20_000, 80_000
 TURNS_PER_EPISODE = 250
 FRAMES_PER_EPISODE = 4
+REPEATS = 3
 
 
 def _bench_env() -> dict[str, str]:
@@ -148,8 +149,19 @@ def child(batch_ids: tuple[int, ...]) -> None:
         start = time.perf_counter()
         result = _export(batch_ids, Path(tmp) / "rows.jsonl")
         seconds = time.perf_counter() - start
-    maxrss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"rows": result.train.rows, "seconds": seconds, "maxrss_kb": maxrss_kb}))
+    print(json.dumps({"rows": result.train.rows, "seconds": seconds, "maxrss_kb": _peak_rss_kb()}))
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak RSS. Linux carries ru_maxrss over fork and exec (the parent's
+    peak would show), so VmHWM of the process's own memory map is read when available."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _child_run(env: dict[str, str], batch_ids: tuple[int, ...]) -> dict:
@@ -174,17 +186,20 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     small_id, large_id = _seed()
 
+    # Best of REPEATS, export and raw loop interleaved: the machine may be shared.
+    export_seconds = dumps_seconds = float("inf")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.jsonl"
-        _export((small_id,), out)  # warm the page cache and the database
-        start = time.perf_counter()
-        result = _export((small_id,), out)
-        export_seconds = time.perf_counter() - start
+        result = _export((small_id,), out)  # warm the page cache and the database
         rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    start = time.perf_counter()
-    for row in rows:
-        json.dumps(row, ensure_ascii=False)
-    dumps_seconds = time.perf_counter() - start
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            result = _export((small_id,), out)
+            export_seconds = min(export_seconds, time.perf_counter() - start)
+            start = time.perf_counter()
+            for row in rows:
+                json.dumps(row, ensure_ascii=False)
+            dumps_seconds = min(dumps_seconds, time.perf_counter() - start)
     del rows
 
     export_rate = result.train.rows / export_seconds
@@ -199,6 +214,7 @@ def main() -> None:
                 "raw_json_dumps_rows_per_s": round(dumps_rate, 1),
                 "ratio": round(export_rate / dumps_rate, 3),
                 "ratio_target": 0.5,
+                "best_of": REPEATS,
                 "bytes_per_row": round(result.train.bytes / result.train.rows, 1),
                 "peak_rss_kb_20000": small["maxrss_kb"],
                 "peak_rss_kb_80000": large["maxrss_kb"],
