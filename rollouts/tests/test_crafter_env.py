@@ -10,6 +10,7 @@ from pathlib import Path
 
 import crafter
 import numpy as np
+import pytest
 
 from rollouts.crafter_env import (
     ACTION_INDEX,
@@ -67,12 +68,15 @@ def test_it_plays_the_same_game_in_two_processes_and_at_two_image_sizes():
     assert nights, "the game should reach the night, where crafter draws noise"
 
 
-def test_it_matches_a_plain_crafter_loop_for_the_first_steps():
+@pytest.mark.parametrize("seed", range(8))
+def test_it_matches_a_plain_crafter_loop_for_the_first_steps(seed):
+    # Up to crafter's first creature balancing (step 10), whose despawn choice follows memory
+    # addresses in stock crafter: past it, stock crafter is no fixed reference.
     actions = ["move_right", "move_down", "move_left", "move_up", "do"]
-    stock = crafter.Env(area=(64, 64), size=(64, 64), length=256, seed=7)
-    ours = StudioEnv(seed=7, size=64, length=256)
+    stock = crafter.Env(area=(64, 64), size=(64, 64), length=256, seed=seed)
+    ours = StudioEnv(seed=seed, size=64, length=256)
     assert np.array_equal(stock.reset(), ours.reset())
-    for i in range(60):
+    for i in range(9):
         action = ACTION_INDEX[actions[i % len(actions)]]
         expected, expected_reward, _, _ = stock.step(action)
         got, reward, _, _ = ours.step(action)
@@ -102,3 +106,23 @@ def test_it_describes_the_game_in_text():
     assert len(local_rows) == 7
     assert all(len(row.split()) == 9 for row in local_rows)
     assert len(ACTIONS) == 17
+
+
+def test_it_generates_the_worlds_stock_crafter_generates():
+    from crafter import constants, engine, objects
+    from crafter import worldgen as stock
+
+    from rollouts import worldgen
+
+    def build(seed: int, generate) -> tuple:
+        world = engine.World((64, 64), constants.materials, (12, 12))
+        world.reset(seed=seed)
+        player = objects.Player(world, (32, 32))
+        world.add(player)
+        generate(world, player)
+        placed = [(type(o).__name__, tuple(o.pos)) for o in world.objects]
+        # The next random number shows the world's random state was consumed identically.
+        return world._mat_map.tobytes(), placed, world.random.uniform()
+
+    for seed in range(25):
+        assert build(seed, stock.generate_world) == build(seed, worldgen.generate_world), seed
