@@ -18,7 +18,7 @@
   const scrubber = document.getElementById("scrubber");
   const position = document.getElementById("turn-pos");
   const strip = document.getElementById("filmstrip");
-  const thumbs = strip.querySelectorAll(".thumb");
+  const thumbs = buildFilmstrip();
   const help = document.getElementById("help");
   const flagButton = document.getElementById("flag-button");
   const flagState = document.getElementById("flag-state");
@@ -37,6 +37,34 @@
   function idUrl(template, id) {
     // Templates are reversed with id 0: /turns/0/flag/ -> /turns/<id>/flag/
     return template.replace("/0/", "/" + Number(id) + "/");
+  }
+
+  function buildFilmstrip() {
+    const fragment = document.createDocumentFragment();
+    const built = turns.map((turn, i) => {
+      const thumb = document.createElement("button");
+      thumb.type = "button";
+      thumb.className = "thumb";
+      thumb.classList.toggle("flagged", turn.flagged);
+      thumb.classList.toggle("has-error", Boolean(turn.error));
+      thumb.classList.toggle("has-unlock", turn.unlocked.length > 0);
+      thumb.dataset.i = String(i);
+      thumb.title = "Turn " + turn.index + " · step " + turn.step;
+      const img = document.createElement("img");
+      img.className = "pixel";
+      img.loading = "lazy";
+      img.width = 48;
+      img.height = 48;
+      img.alt = "";
+      img.src = frameUrl(turn.frame);
+      const label = document.createElement("span");
+      label.textContent = String(turn.index);
+      thumb.append(img, label);
+      fragment.appendChild(thumb);
+      return thumb;
+    });
+    strip.appendChild(fragment);
+    return built;
   }
 
   function field(name) {
