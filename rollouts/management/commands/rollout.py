@@ -30,23 +30,44 @@ class Command(StudioCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--policy", choices=POLICIES)
-        parser.add_argument("--model", default="")
-        parser.add_argument("--base-url", default="")
+        parser.add_argument("--model", default="", help="model name (openai policy)")
+        parser.add_argument(
+            "--base-url", default="", help="OpenAI-compatible endpoint; default OPENAI_BASE_URL"
+        )
         parser.add_argument("--seeds", default="0", help="7, 0-9 or 1,5,9-12")
         parser.add_argument("--steps", type=int, default=256)
         parser.add_argument("--image-size", type=int, default=64)
         parser.add_argument("--actions", nargs="+", default=list(DEFAULT_SCRIPT))
-        parser.add_argument("--history-frames", type=int, default=0)
-        parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument(
+            "--history-frames", type=int, default=0, help="also show the last K frames (0-9)"
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=4,
+            help="most model requests in flight per endpoint, across all workers",
+        )
         parser.add_argument("--name", default="")
         parser.add_argument("--temperature", type=float, default=0.0)
         parser.add_argument("--max-tokens", type=int, default=512)
         parser.add_argument("--image-detail", choices=IMAGE_DETAILS, default="auto")
         parser.add_argument("--observation-mode", choices=OBSERVATION_MODES, default="image_text")
-        parser.add_argument("--on-bad-output", choices=ON_BAD_OUTPUT, default="noop")
-        parser.add_argument("--max-retries", type=int, default=4)
+        parser.add_argument(
+            "--on-bad-output",
+            choices=ON_BAD_OUTPUT,
+            default="noop",
+            help="after a failed call or unusable answer: play noop, or end the episode",
+        )
+        parser.add_argument(
+            "--max-retries", type=int, default=4, help="retries of a 429, 5xx, timeout or drop"
+        )
         parser.add_argument("--request-timeout", type=float, default=60.0)
-        parser.add_argument("--requests-per-minute", type=int, default=0)
+        parser.add_argument(
+            "--requests-per-minute",
+            type=int,
+            default=0,
+            help="per endpoint, across all workers; 0 = no limit",
+        )
         parser.add_argument(
             "--resume",
             type=int,
