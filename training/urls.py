@@ -1,2 +1,8 @@
+from django.urls import path
+
+from training import views
+
 app_name = "training"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.job_list, name="job_list"),
+]
