@@ -115,6 +115,10 @@ class ChatServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def _finish(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
             if self._script:
@@ -195,20 +199,26 @@ class ChatServer:
                     )
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                counted = True
                 try:
                     reply = server._next_reply(body)
                     pause = server.delay + reply.delay
                     if pause:
                         time.sleep(pause)
+                    answer = server._answer(reply, body)
+                    # Counted out before the answer leaves: the client may send its next
+                    # request the instant it has this one, and must not be seen overlapping.
+                    server._finish()
+                    counted = False
                     if reply.close:
                         self.close_connection = True
                         return
-                    self._send(*server._answer(reply, body))
+                    self._send(*answer)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client gave up (a timeout): fine
                 finally:
-                    with server._lock:
-                        server.in_flight -= 1
+                    if counted:
+                        server._finish()
 
             def _send(self, code: int, headers: dict[str, str], payload: bytes) -> None:
                 self.send_response(code)
