@@ -9,7 +9,6 @@ import json
 import socket
 import time
 
-import httpx2
 import pytest
 from django.core.management import call_command
 
@@ -323,7 +322,7 @@ def test_it_drops_a_parameter_the_server_rejects_by_name(chat_server):
     ],
 )
 def test_it_reads_the_wait_a_server_asks_for(headers, seconds):
-    assert retry_after_seconds(httpx2.Headers(headers)) == seconds
+    assert retry_after_seconds(headers) == seconds
 
 
 def _closed_port() -> int:
