@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Avg, Q, QuerySet
+from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
 
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
@@ -28,14 +28,17 @@ EPISODE_SORTS: dict[str, tuple[str, ...]] = {
 
 def batches_with_progress() -> QuerySet[RolloutBatch]:
     """Newest first, each with the mean achievement count of its finished episodes."""
+    # A correlated subquery: computed for the page's batches only, not grouped over all.
+    mean = (
+        Episode.objects.filter(batch=OuterRef("pk"), status=Episode.Status.FINISHED)
+        .order_by()
+        .values("batch")
+        .annotate(mean=Avg("achievement_count"))
+        .values("mean")
+    )
     return (
         RolloutBatch.objects.select_related("created_by")
-        .annotate(
-            mean_achievements=Avg(
-                "episodes__achievement_count",
-                filter=Q(episodes__status=Episode.Status.FINISHED),
-            )
-        )
+        .annotate(mean_achievements=Subquery(mean))
         .order_by("-created_at", "-id")
     )
 

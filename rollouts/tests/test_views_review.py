@@ -502,3 +502,17 @@ def test_it_serves_frames_by_sha256_with_immutable_caching(viewer_client, episod
     assert viewer_client.get("/frames/" + "a" * 64 + ".png").status_code == 404
     assert viewer_client.get("/frames/..%2F..%2Fetc%2Fpasswd.png").status_code == 404
     assert viewer_client.get("/frames/" + sha.upper() + ".png").status_code == 404
+
+
+def test_it_shows_the_mean_achievements_of_finished_episodes(viewer_client, db):
+    first, second, third = _played(3, seeds=(1, 2, 3))
+    Episode.objects.filter(id=first.id).update(achievement_count=2)
+    Episode.objects.filter(id=second.id).update(achievement_count=5)
+    Episode.objects.filter(id=third.id).update(achievement_count=20, status="failed")
+    empty = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=(7,), steps=3), enqueue=False
+    )
+    response = viewer_client.get(reverse("rollouts:batch_list"))
+    means = {b.id: b.mean_achievements for b in response.context["page"]}
+    assert means == {first.batch_id: pytest.approx(3.5), empty.id: None}
+    assert "3.50" in response.content.decode()
