@@ -68,12 +68,21 @@ def _played_episode(*, steps: int, seed: int = 1) -> Episode:
     return episode
 
 
+def _log_in_at(page: Page, base_url: str, path: str, username: str) -> None:
+    page.goto(base_url + path)
+    expect(page).to_have_url(f"{base_url}/login/?next={path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"{username}-pass-123")
+    page.click("main button[type=submit]")
+    expect(page).to_have_url(base_url + path)
+
+
 def _log_in(page: Page, base_url: str, path: str, username: str) -> None:
     page.goto(base_url + path)
     expect(page).to_have_url(f"{base_url}/login/?next={path}")
     page.fill("#id_username", username)
     page.fill("#id_password", f"{username}-pass-123")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     # The viewer keeps the turn at the cursor in the address: ?turn=0 on arrival.
     expect(page).to_have_url(f"{base_url}{path}?turn=0")
 
@@ -143,3 +152,30 @@ def test_it_lets_a_viewer_look_but_not_flag(studio_page: Page, live_server):
     expect(page.locator("#review-status")).to_contain_text("needs the review permission")
     expect(page.locator("#flag-button")).to_have_count(0)
     assert not Turn.objects.filter(flagged=True).exists()
+
+
+def test_it_flags_from_the_turn_list_and_in_bulk(studio_page: Page, live_server):
+    page = studio_page
+    _user("curator", editor=True)
+    episode = _played_episode(steps=60, seed=3)
+    other = _played_episode(steps=4, seed=4)
+    _log_in_at(page, live_server.url, "/turns/", "curator")
+
+    first_flag = page.locator("tbody tr").first.locator("button.flag-toggle")
+    with page.expect_response(lambda r: "/flag/" in r.url) as response:
+        first_flag.click()
+    assert response.value.status == 200
+    expect(page.locator("tbody tr").first.locator("button.flag-toggle")).to_have_text("⚑ flagged")
+    # Newest episode first: the first row is turn 0 of the last episode played.
+    assert list(Turn.objects.filter(flagged=True).values_list("episode_id", "index")) == [
+        (other.id, 0)
+    ]
+
+    page.select_option("select[name=batch]", str(episode.batch_id))
+    page.click("form.filters button[type=submit]")
+    page.click("text=Flag all 60")
+    expect(page.locator("h1")).to_have_text("Flag 60 turns?")
+    page.click("main button[type=submit]")
+    expect(page.locator(".messages")).to_contain_text("Flagged")
+    assert episode.turns.filter(flagged=True).count() == 60
+    assert other.turns.filter(flagged=True).count() == 1  # outside the filter: untouched
