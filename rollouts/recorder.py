@@ -7,6 +7,7 @@ re-claimed by another) stops at its next chunk instead of writing beside the new
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame, Turn
 from rollouts.policies.base import Decision, Observation, PastTurn, Policy
 from rollouts.rollout_settings import RolloutSettings
+
+logger = logging.getLogger(__name__)
 
 
 class ClaimLost(Exception):
@@ -99,8 +102,21 @@ class EpisodeRecorder:
     def play(self) -> EpisodeTotals:
         try:
             return self._play()
+        except ClaimLost:
+            raise
+        except BaseException:
+            self._save_what_was_played()
+            raise
         finally:
             self._close_writer()
+
+    def _save_what_was_played(self) -> None:
+        """On failure, keep the turns played so far: they show reviewers how it failed."""
+        try:
+            self.flush()
+            self._wait_for_writer()
+        except Exception:
+            logger.exception("episode %s: could not save its last turns", self.episode.id)
 
     def _play(self) -> EpisodeTotals:
         settings, episode = self.settings, self.episode

@@ -376,6 +376,8 @@ def test_it_gives_up_on_an_endpoint_that_stops_answering(chat_server, settings):
     assert episode.status == Episode.Status.FAILED
     # Counted: the turns played before the one that gave up (one retry each).
     assert (episode.model_calls, episode.model_errors, episode.model_retries) == (3, 2, 2)
+    # ... and kept, so a reviewer sees how the episode failed.
+    assert list(episode.turns.values_list("error_kind", flat=True)) == ["", "http_500", "http_500"]
     assert len(chat_server.requests) == 1 + 3 * 2
 
 
