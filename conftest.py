@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from rollouts.tests.openai_server import ChatServer
+
 
 @pytest.fixture(autouse=True)
 def media_storage(settings, tmp_path) -> str:
@@ -52,6 +54,17 @@ def viewer_client(client, viewer):
 def editor_client(client, editor):
     client.force_login(editor)
     return client
+
+
+@pytest.fixture
+def chat_server(settings) -> Iterator[ChatServer]:
+    """A scriptable OpenAI-compatible endpoint; retries back off in milliseconds, not seconds."""
+    settings.STUDIO_OPENAI_BACKOFF_BASE = 0.01
+    settings.STUDIO_OPENAI_BACKOFF_MAX = 0.05
+    settings.OPENAI_API_KEY = ""
+    server = ChatServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from django.core.management import call_command
 from rollouts import services
 from rollouts.models import Episode, RolloutBatch
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.tests.openai_server import ChatServer
 
 
 def record(*, seeds: tuple[int, ...] = (1, 2, 3), steps: int = 30, **kwargs) -> RolloutBatch:
@@ -61,13 +59,3 @@ def run(name: str, *args: str) -> Outcome:
 
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture
-def chat_server(settings) -> Iterator[ChatServer]:
-    settings.STUDIO_OPENAI_BACKOFF_BASE = 0.01
-    settings.STUDIO_OPENAI_BACKOFF_MAX = 0.05
-    settings.OPENAI_API_KEY = ""
-    server = ChatServer().start()
-    yield server
-    server.stop()
