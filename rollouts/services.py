@@ -106,10 +106,11 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
             return "done_already"
         return "busy"
     episode = Episode.objects.select_related("batch").get(id=episode_id)
-    # A previous attempt may have left part of the episode: replace it, never add to it.
-    with transaction.atomic():
-        Turn.objects.filter(episode=episode).delete()
-        Frame.objects.filter(episode=episode).delete()
+    if episode.attempts > 1:
+        # A previous attempt may have left part of the episode: replace it, never add to it.
+        with transaction.atomic():
+            Turn.objects.filter(episode=episode).delete()
+            Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
     policy = build_policy(settings, seed=int(episode.seed))
     recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
