@@ -42,20 +42,6 @@ def parse_seeds(spec: str) -> list[int]:
     return sorted(seeds)
 
 
-def format_seeds(seeds: list[int]) -> str:
-    """The inverse of `parse_seeds`, compact: [0, 1, 2, 5] -> '0-2,5'."""
-    parts: list[str] = []
-    ordered = sorted(seeds)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 @dataclass(frozen=True)
 class RolloutSettings:
     policy: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Avg, Count, Q, QuerySet, Sum
+from django.db.models import Avg, Count, Q, Sum
 
 from rollouts.models import Episode, RolloutBatch
 from rollouts.scoring import crafter_score, success_rates
@@ -54,10 +54,6 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "completion_tokens": batch.completion_tokens,
         "status": batch.status,
     }
-
-
-def batches_recent() -> QuerySet[RolloutBatch]:
-    return RolloutBatch.objects.select_related("created_by").order_by("-created_at", "-id")
 
 
 def frame_exists(*, sha256: str) -> bool:
