@@ -93,11 +93,10 @@ class EpisodeRecorder:
         self._frames: list[Frame] = []
         self._turns: list[Turn] = []
         self._writing: Future[None] | None = None
-        self._writer = (
-            None
-            if connection.in_atomic_block
-            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer")
-        )
+        # Chunks are written on a thread of their own only in autocommit mode: inside a
+        # caller's transaction (tests, a caller's atomic block) they must join it.
+        self._background = not connection.in_atomic_block
+        self._writer: ThreadPoolExecutor | None = None
 
     def play(self) -> EpisodeTotals:
         try:
@@ -113,8 +112,7 @@ class EpisodeRecorder:
     def _save_what_was_played(self) -> None:
         """On failure, keep the turns played so far: they show reviewers how it failed."""
         try:
-            self.flush()
-            self._wait_for_writer()
+            self.flush(final=True)
         except Exception:
             logger.exception("episode %s: could not save its last turns", self.episode.id)
 
@@ -188,8 +186,7 @@ class EpisodeRecorder:
                 done = True
             if len(self._turns) >= self.chunk:
                 self.flush()
-        self.flush()
-        self._wait_for_writer()
+        self.flush(final=True)
         return self.totals
 
     def _add_frame(self, env: StudioEnv, pixels) -> tuple[Frame, bytes]:
@@ -207,20 +204,22 @@ class EpisodeRecorder:
         self._frames.append(frame)
         return frame, encoded.png
 
-    def flush(self) -> None:
-        """Hand the pending frames and turns to the writer; wait for the chunk before it.
+    def flush(self, *, final: bool = False) -> None:
+        """Write the pending frames and turns, after the chunk before them.
 
-        In autocommit mode (workers, `--inline`) chunks are written by a thread of their own,
-        so the game plays on while the database works; inside a caller's transaction (tests,
-        a caller's atomic block) they are written here, in that transaction.
+        While the episode plays on, chunks go to a writer thread (started at the first
+        one, so that short episodes never pay for a thread and its database connection);
+        the final chunk is written here, once the writer is done.
         """
         chunk = (self.store.take_staged(), self._frames, self._turns, self.totals.steps)
         self._frames, self._turns = [], []
         self._wait_for_writer()
-        if self._writer is None:
+        if final or not self._background:
             self._write_chunk(*chunk)
-        else:
-            self._writing = self._writer.submit(self._write_chunk, *chunk)
+            return
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer")
+        self._writing = self._writer.submit(self._write_chunk, *chunk)
 
     def _wait_for_writer(self) -> None:
         if self._writing is not None:
