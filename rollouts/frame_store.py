@@ -10,6 +10,10 @@ from pathlib import Path
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, default_storage
 
+# Directories known to exist, per process: frames fan out over 65,536 of them, and asking the
+# file system again for each new frame costs a system call.
+_KNOWN_DIRS: set[Path] = set()
+
 
 def frame_name(sha256: str) -> str:
     return f"frames/{sha256[:2]}/{sha256[2:4]}/{sha256}.png"
@@ -26,7 +30,6 @@ class FrameStore:
     def __init__(self, storage: Storage | None = None) -> None:
         self.storage = storage or default_storage
         self._known: set[str] = set()
-        self._dirs: set[Path] = set()
         self._staged: list[tuple[str, bytes]] = []
         try:
             self._root: Path | None = Path(self.storage.path(""))
@@ -63,11 +66,15 @@ class FrameStore:
         path = self._root / name
         if path.exists():
             return
-        if path.parent not in self._dirs:
+        if path.parent not in _KNOWN_DIRS:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._dirs.add(path.parent)
+            _KNOWN_DIRS.add(path.parent)
         # Write then rename: two workers storing the same frame never leave a torn file.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        except FileNotFoundError:  # removed since we made it
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o644)
             fh.write(png)
