@@ -1,18 +1,4 @@
-"""Imports JSONL rows (ours, synth-ai's SFT rows, plain OpenAI chat rows) as imported turns.
-
-Two passes over the file. The first checks every line (JSON, roles, content parts, tool
-calls, every image decoded by Pillow under byte and pixel limits) and collects the errors
-with their line numbers; nothing is written unless all lines pass. The second writes, in one
-transaction: a `RolloutBatch(policy="imported")`, one `Episode` per episode found (seed = its
-position in the import), frames (PNG files by sha256, written only now), turns and a dataset
-selecting the batch. Imported turns are then reviewed, flagged and exported like recorded
-ones; their request is kept as sent, images referring to stored frames by step.
-
-Episodes: rows whose metadata has `episode_id` (our format) are grouped by
-(`batch_id`, `episode_id`), rows with a synth-ai `session_id` by that; any other row is an
-episode of its own. Turn indices come from `metadata.turn` when they are distinct within the
-episode, else from the order of the lines.
-"""
+"""Pass one of an import: every line checked, errors collected with line numbers."""
 
 from __future__ import annotations
 
@@ -23,12 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
 from PIL import Image
 
-from datasets.filters import DatasetFilters, ExportOptions
-from datasets.jsonl import DEFAULT_TOOLS
-from datasets.models import Dataset
 from datasets.validation import (
     IMAGE_FORMATS,
     MAX_IMAGE_BYTES,
@@ -37,15 +19,12 @@ from datasets.validation import (
     probe_image,
 )
 from rollouts.crafter_env import ACTIONS
-from rollouts.frame_store import FrameStore
-from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.tools import TOOL_NAME
 
 MAX_ERRORS = 100
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_IMAGES_PER_ROW = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
-WRITE_CHUNK = 500
 
 
 class ImportFailed(Exception):
@@ -63,7 +42,7 @@ class _LineError(ValueError):
 
 
 @dataclass
-class _Row:
+class Row:
     """One checked line; images are kept as data until the write pass re-reads them."""
 
     line: int
@@ -83,7 +62,7 @@ class _Row:
 
 
 @dataclass
-class _Plan:
+class Plan:
     lines: int = 0
     groups: dict[tuple, list[tuple[int, int | None]]] = field(default_factory=dict)
     models: set[str] = field(default_factory=set)
@@ -92,28 +71,21 @@ class _Plan:
     image_size: int | None = None
 
 
-def import_file(*, path: str | Path, name: str = "", created_by=None) -> dict[str, Any]:
-    """Check, then import all or nothing; returns the summary the command prints."""
-    path = Path(path)
-    plan = _check(path)
-    return _write(path, plan, name=name or path.name, created_by=created_by)
-
-
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def file_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if raw.strip():
                 yield number, raw
 
 
-def _check(path: Path) -> _Plan:
-    plan = _Plan()
+def check_file(path: Path) -> Plan:
+    plan = Plan()
     errors: list[str] = []
     total_errors = 0
-    for number, raw in _lines(path):
+    for number, raw in file_lines(path):
         plan.lines += 1
         try:
-            row = _parse(number, raw, keep_images=False)
+            row = parse_line(number, raw, keep_images=False)
         except _LineError as exc:
             total_errors += 1
             if len(errors) < MAX_ERRORS:
@@ -140,7 +112,7 @@ def _check(path: Path) -> _Plan:
     return plan
 
 
-def _parse(number: int, raw: bytes, *, keep_images: bool) -> _Row:
+def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
     if len(raw) > MAX_LINE_BYTES:
         raise _LineError(f"line longer than {MAX_LINE_BYTES} bytes")
     try:
@@ -202,7 +174,7 @@ def _parse(number: int, raw: bytes, *, keep_images: bool) -> _Row:
     model = metadata.get("model") or ""
     if not isinstance(model, str):
         raise _LineError("metadata.model must be a string")
-    return _Row(
+    return Row(
         line=number,
         group=_group(number, metadata),
         turn=turn,
@@ -341,7 +313,7 @@ def _group(number: int, metadata: dict[str, Any]) -> tuple:
     return ("line", number)
 
 
-def _actions(tool_calls: list[dict[str, Any]]) -> list[str]:
+def actions_of(tool_calls: list[dict[str, Any]]) -> list[str]:
     actions: list[str] = []
     for call in tool_calls:
         function = call.get("function") or {}
@@ -355,7 +327,7 @@ def _actions(tool_calls: list[dict[str, Any]]) -> list[str]:
     return actions
 
 
-def _as_png(data: bytes) -> tuple[bytes, int, int]:
+def as_png(data: bytes) -> tuple[bytes, int, int]:
     """Stored PNGs keep their exact bytes (so they export unchanged); others become PNG."""
     with Image.open(io.BytesIO(data)) as image:
         if image.format == "PNG":
@@ -370,7 +342,7 @@ def _as_png(data: bytes) -> tuple[bytes, int, int]:
 _PLACEHOLDER_PNG: bytes | None = None
 
 
-def _placeholder_png() -> bytes:
+def placeholder_png() -> bytes:
     """A 1x1 black frame for text-only rows: every turn needs a frame; it is never exported."""
     global _PLACEHOLDER_PNG
     if _PLACEHOLDER_PNG is None:
@@ -378,145 +350,3 @@ def _placeholder_png() -> bytes:
         Image.new("RGB", (1, 1)).save(buffer, format="PNG")
         _PLACEHOLDER_PNG = buffer.getvalue()
     return _PLACEHOLDER_PNG
-
-
-def _write(path: Path, plan: _Plan, *, name: str, created_by) -> dict[str, Any]:
-    store = FrameStore()
-    groups = list(plan.groups.items())
-    # line -> (episode position, turn index)
-    placement: dict[int, tuple[int, int]] = {}
-    for position, (_, members) in enumerate(groups):
-        turns = [t for _, t in members]
-        distinct = all(t is not None for t in turns) and len(set(turns)) == len(turns)
-        for order, (line, turn) in enumerate(members):
-            placement[line] = (position, turn if distinct else order)
-    settings: dict[str, Any] = {"imported_from": path.name, "lines": plan.lines}
-    if plan.tools is not None and plan.tools != DEFAULT_TOOLS:
-        settings["tools"] = plan.tools
-    model = next(iter(plan.models)) if len(plan.models) == 1 else ""
-    frames_written = 0
-    turns_written = 0
-    images_seen = 0
-    with transaction.atomic():
-        batch = RolloutBatch.objects.create(
-            name=name[:200],
-            policy=RolloutBatch.Policy.IMPORTED,
-            model=model,
-            seeds=list(range(len(groups))),
-            settings=settings,
-            status=RolloutBatch.Status.FINISHED,
-            episodes_total=len(groups),
-            episodes_finished=len(groups),
-            created_by=created_by,
-        )
-        episodes = Episode.objects.bulk_create(
-            Episode(batch=batch, seed=position, status=Episode.Status.FINISHED)
-            for position in range(len(groups))
-        )
-        frames: list[dict[str, Frame]] = [{} for _ in episodes]
-        totals = [{"steps": 0, "reward": 0.0, "achievements": {}} for _ in episodes]
-        pending_frames: list[Frame] = []
-        pending_turns: list[Turn] = []
-
-        def frame_for(position: int, data: bytes) -> Frame:
-            nonlocal frames_written
-            png, width, height = _as_png(data)
-            sha256, storage_name = store.put(png)
-            known = frames[position]
-            frame = known.get(sha256)
-            if frame is None:
-                frame = Frame(
-                    episode=episodes[position],
-                    step=len(known),
-                    sha256=sha256,
-                    image=storage_name,
-                    width=min(width, 32767),
-                    height=min(height, 32767),
-                    state={},
-                )
-                known[sha256] = frame
-                pending_frames.append(frame)
-                frames_written += 1
-            return frame
-
-        def flush() -> None:
-            Frame.objects.bulk_create(pending_frames)
-            Turn.objects.bulk_create(pending_turns)
-            pending_frames.clear()
-            pending_turns.clear()
-
-        for number, raw in _lines(path):
-            row = _parse(number, raw, keep_images=True)
-            position, index = placement[number]
-            image_frames = [frame_for(position, data) for data in row.images]
-            images_seen += len(image_frames)
-            if row.current_image is not None:
-                frame = image_frames[row.current_image]
-            else:
-                frame = frame_for(position, _placeholder_png())
-            request = [_refer_frames(m, image_frames) for m in row.messages]
-            pending_turns.append(
-                Turn(
-                    episode=episodes[position],
-                    index=index,
-                    frame=frame,
-                    observation_text=row.observation_text,
-                    request_messages=request,
-                    model_text=row.model_text,
-                    tool_calls=row.tool_calls,
-                    actions=_actions(row.tool_calls),
-                    reward=row.reward,
-                    achievements_unlocked=row.unlocked,
-                    flagged=row.flagged,
-                )
-            )
-            total = totals[position]
-            total["steps"] += 1
-            total["reward"] += row.reward
-            for achievement in row.unlocked:
-                total["achievements"].setdefault(achievement, index)
-            turns_written += 1
-            if len(pending_turns) >= WRITE_CHUNK:
-                flush()
-        flush()
-        for episode, total in zip(episodes, totals, strict=True):
-            episode.steps = total["steps"]
-            episode.total_reward = total["reward"]
-            episode.achievements = total["achievements"]
-            episode.achievement_count = len(total["achievements"])
-        Episode.objects.bulk_update(
-            episodes, ["steps", "total_reward", "achievements", "achievement_count"]
-        )
-        RolloutBatch.objects.filter(id=batch.id).update(
-            step_limit=max([1, *(t["steps"] for t in totals)])
-        )
-        dataset = Dataset.objects.create(
-            name=name[:200],
-            description=f"Imported from {path.name}",
-            filters=DatasetFilters(batches=(batch.id,)).to_json(),
-            export_options=ExportOptions().to_json(),
-            created_by=created_by,
-        )
-    return {
-        "dataset_id": dataset.id,
-        "batch_id": batch.id,
-        "lines": plan.lines,
-        "episodes": len(episodes),
-        "turns": turns_written,
-        "frames": frames_written,
-        "images": images_seen,
-    }
-
-
-def _refer_frames(message: dict[str, Any], image_frames: list[Frame]) -> dict[str, Any]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    parts = []
-    for part in content:
-        if part.get("type") == "image_url":
-            image_url = dict(part["image_url"])
-            frame = image_frames[image_url.pop("image")]
-            part = {"type": "image_url", "image_url": {"frame_step": frame.step, **image_url}}
-        parts.append(part)
-    return {**message, "content": parts}

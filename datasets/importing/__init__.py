@@ -1,0 +1,32 @@
+"""Imports JSONL rows (ours, synth-ai's SFT rows, plain OpenAI chat rows) as imported turns.
+
+Two passes over the file. The first checks every line (JSON, roles, content parts, tool
+calls, every image decoded by Pillow under byte and pixel limits) and collects the errors
+with their line numbers; nothing is written unless all lines pass. The second writes, in one
+transaction: a `RolloutBatch(policy="imported")`, one `Episode` per episode found (seed = its
+position in the import), frames (PNG files by sha256, written only now), turns and a dataset
+selecting the batch. Imported turns are then reviewed, flagged and exported like recorded
+ones; their request is kept as sent, images referring to stored frames by step.
+
+Episodes: rows whose metadata has `episode_id` (our format) are grouped by
+(`batch_id`, `episode_id`), rows with a synth-ai `session_id` by that; any other row is an
+episode of its own. Turn indices come from `metadata.turn` when they are distinct within the
+episode, else from the order of the lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from datasets.importing.checking import ImportFailed, check_file
+from datasets.importing.writing import write_import
+
+__all__ = ["ImportFailed", "import_file"]
+
+
+def import_file(*, path: str | Path, name: str = "", created_by=None) -> dict[str, Any]:
+    """Check, then import all or nothing; returns the summary the command prints."""
+    path = Path(path)
+    plan = check_file(path)
+    return write_import(path, plan, name=name or path.name, created_by=created_by)
