@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Avg, Count, Q, Sum
 
-from rollouts.models import Episode, RolloutBatch
+from rollouts.models import Episode, Frame, RolloutBatch
 from rollouts.scoring import crafter_score, success_rates
 
 
@@ -57,6 +57,4 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
 
 
 def frame_exists(*, sha256: str) -> bool:
-    from rollouts.models import Frame
-
     return Frame.objects.filter(sha256=sha256).exists()
