@@ -41,7 +41,7 @@ from datasets.validation import (
     probe_image,
 )
 from rollouts.frame_store import FrameStore, frame_name
-from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.models import Frame, RolloutBatch, Turn
 
 CHUNK_ROWS = 2000
 FLUSH_CHARS = 1 << 20
@@ -58,6 +58,9 @@ _TURN_FIELDS = (
     "flagged",
     "frame__sha256",
     "frame__image",
+    # The episode's own fields ride along: one query less per episode.
+    "episode__batch_id",
+    "episode__seed",
 )
 _JSON_FIELDS = ("request_messages", "tool_calls", "actions", "achievements_unlocked")
 _SMALL_JSON = 256
@@ -202,8 +205,7 @@ class _EpisodeContexts:
         self.history_frames = history_frames
         self._batches: dict[int, tuple[str, str, list | None]] = {}
 
-    def load(self, episode_id: int) -> EpisodeContext:
-        batch_id, seed = Episode.objects.filter(id=episode_id).values_list("batch_id", "seed")[0]
+    def load(self, episode_id: int, *, batch_id: int, seed: int) -> EpisodeContext:
         if batch_id not in self._batches:
             model, policy, settings = RolloutBatch.objects.filter(id=batch_id).values_list(
                 "model", "policy", "settings"
@@ -303,7 +305,7 @@ def export_files(
         for values in queryset.iterator(chunk_size=chunk_size):
             (episode_id, index, obs, request, text, calls, actions, reward, unlocked) = values[:9]
             if episode is None or episode.episode_id != episode_id:
-                episode = contexts.load(episode_id)
+                episode = contexts.load(episode_id, batch_id=values[12], seed=values[13])
                 split = (
                     episode_split(
                         batch_id=episode.batch_id,
@@ -407,7 +409,7 @@ def preview_rows(
     parse = _JsonLists()
     for values in _turn_rows(filters)[: limit * 4]:
         if episode is None or episode.episode_id != values[0]:
-            episode = contexts.load(values[0])
+            episode = contexts.load(values[0], batch_id=values[12], seed=values[13])
         record = TurnRecord(
             episode_id=values[0],
             index=values[1],
