@@ -226,11 +226,3 @@ def episodes_requeue_stale() -> int:
     for episode_id in ids:
         episode_run_task.delay(episode_id)
     return len(ids)
-
-
-def batch_resume(*, batch: RolloutBatch) -> int:
-    """Re-run what did not finish: pending episodes and running ones whose worker died."""
-    RolloutBatch.objects.filter(id=batch.id, status=RolloutBatch.Status.FINISHED).exclude(
-        episodes_total__lte=F("episodes_finished") + F("episodes_failed")
-    ).update(status=RolloutBatch.Status.RUNNING)
-    return batch_enqueue(batch=batch)

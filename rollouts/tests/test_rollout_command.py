@@ -175,3 +175,26 @@ def _purge_queue(env: dict[str, str]) -> None:
         stdin=subprocess.DEVNULL,
         check=True,
     )
+
+
+def test_it_resumes_a_batch_on_the_worker(celery_worker, settings, capsys):
+    """An episode whose worker died (stale claim) and one never sent: --resume finishes both."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rollouts import services
+    from rollouts.rollout_settings import RolloutSettings
+
+    settings.STUDIO_EPISODE_STALE_SECONDS = 60
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="random", seeds=(1, 2), steps=15), enqueue=False
+    )
+    dead = batch.episodes.get(seed=1)
+    assert services.episode_claim(episode_id=dead.id) is not None
+    Episode.objects.filter(id=dead.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    call_command("rollout", "--resume", str(batch.id), "--wait")
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["batch_id"], summary["finished"], summary["failed"]) == (batch.id, 2, 0)
+    assert Episode.objects.get(id=dead.id).attempts == 2
+    assert Turn.objects.filter(episode__batch=batch).count() == 30

@@ -84,7 +84,8 @@ class Command(StudioCommand):
             if batch is None:
                 raise usage_error(f"resume: there is no batch {options['resume']}")
             if not options["inline"]:
-                services.batch_resume(batch=batch)
+                # Pending episodes, and running ones whose worker died (stale heartbeat).
+                services.batch_enqueue(batch=batch)
         else:
             if not options["policy"]:
                 raise usage_error("--policy is required (scripted, random or openai)")
