@@ -48,14 +48,10 @@ class EpisodeTotals:
         self.model_retries += decision.retries
         self.prompt_tokens += decision.prompt_tokens
         self.completion_tokens += decision.completion_tokens
-        if decision.error_kind:
-            if decision.error_kind.startswith("http") or decision.error_kind in {
-                "timeout",
-                "connection",
-            }:
-                self.model_errors += 1
-            else:
-                self.bad_outputs += 1
+        if decision.call_failed:
+            self.model_errors += 1
+        elif decision.error_kind:
+            self.bad_outputs += 1
 
     def as_fields(self) -> dict[str, object]:
         return {

@@ -49,6 +49,13 @@ class Decision:
     # Bad output that the settings say should end the episode.
     end_episode: bool = False
 
+    @property
+    def call_failed(self) -> bool:
+        """The model call itself failed (`http_<status>`, `timeout`, `connection`), as
+        opposed to an answer that could not be used (`unknown_action`, `refusal`, ...)."""
+        kind = self.error_kind
+        return kind.startswith("http_") or kind in ("timeout", "connection")
+
 
 class PolicyUnavailable(Exception):
     """The policy cannot act at all (e.g. its endpoint is down): fail fast, do not play on."""
