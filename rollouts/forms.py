@@ -22,6 +22,7 @@ from rollouts.services_review import NOTE_MAX_LENGTH
 _SETTINGS_FIELD = {
     "policy": "policy",
     "seeds": "seeds",
+    "samples-per-seed": "samples_per_seed",
     "steps": "steps",
     "image-size": "image_size",
     "actions": "actions",
@@ -45,6 +46,13 @@ class BatchCreateForm(forms.Form):
         help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL. Keys never go here.",
     )
     seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12")
+    samples_per_seed = forms.IntegerField(
+        initial=1,
+        min_value=1,
+        required=False,
+        label="Samples per seed",
+        help_text="Play each seed K times (best-of-N, preference pairs).",
+    )
     steps = forms.IntegerField(initial=256, min_value=1)
     image_size = forms.IntegerField(initial=64, min_value=1, label="Image size (px)")
     history_frames = forms.IntegerField(initial=0, min_value=0, label="History frames")
@@ -69,6 +77,7 @@ class BatchCreateForm(forms.Form):
                 base_url=(data.get("base_url") or "").strip()
                 or (django_settings.OPENAI_BASE_URL if data["policy"] == "openai" else ""),
                 seeds=seeds,
+                samples_per_seed=data.get("samples_per_seed") or 1,
                 steps=data["steps"],
                 image_size=data["image_size"],
                 history_frames=data["history_frames"],

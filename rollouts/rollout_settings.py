@@ -15,6 +15,8 @@ OBSERVATION_MODES = ("image_text", "image", "text")
 IMAGE_DETAILS = ("auto", "low", "high")
 ON_BAD_OUTPUT = ("noop", "end")
 MAX_SEEDS = 10_000
+MAX_SAMPLES_PER_SEED = 64
+MAX_EPISODES = 10_000
 _SEED_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -46,6 +48,8 @@ def parse_seeds(spec: str) -> list[int]:
 class RolloutSettings:
     policy: str
     seeds: tuple[int, ...] = (0,)
+    # K episodes of each seed (best-of-N, preference pairs); sample i seeds the policy's sampling
+    samples_per_seed: int = 1
     steps: int = 256
     image_size: int = 64
     actions: tuple[str, ...] = DEFAULT_SCRIPT
@@ -75,6 +79,16 @@ class RolloutSettings:
             raise SettingsError("seeds: at least one seed is needed")
         if any(s < 0 or s >= 2**31 - 1 for s in self.seeds):
             raise SettingsError("seeds: each seed must be between 0 and 2147483646")
+        if not 1 <= self.samples_per_seed <= MAX_SAMPLES_PER_SEED:
+            raise SettingsError(
+                f"samples-per-seed: {self.samples_per_seed} is not between 1 and "
+                f"{MAX_SAMPLES_PER_SEED}"
+            )
+        if len(self.seeds) * self.samples_per_seed > MAX_EPISODES:
+            raise SettingsError(
+                f"samples-per-seed: {len(self.seeds)} seeds x {self.samples_per_seed} samples is "
+                f"more than {MAX_EPISODES} episodes in one batch"
+            )
         if not 1 <= self.steps <= 10_000:
             raise SettingsError(f"steps: {self.steps} is not between 1 and 10000")
         if not 9 <= self.image_size <= 1024:

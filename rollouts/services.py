@@ -39,13 +39,17 @@ def batch_create(
             step_limit=settings.steps,
             image_size=settings.image_size,
             settings=settings.to_json(),
-            episodes_total=len(settings.seeds),
+            episodes_total=len(settings.seeds) * settings.samples_per_seed,
             created_by=created_by,
             crafter_version=versions["crafter"],
             numpy_version=versions["numpy"],
             opensimplex_version=versions["opensimplex"],
         )
-        Episode.objects.bulk_create(Episode(batch=batch, seed=seed) for seed in settings.seeds)
+        Episode.objects.bulk_create(
+            Episode(batch=batch, seed=seed, sample=sample)
+            for seed in settings.seeds
+            for sample in range(settings.samples_per_seed)
+        )
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
@@ -57,7 +61,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
 
     ids = list(
         batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
-        .order_by("seed")
+        .order_by("seed", "sample")
         .values_list("id", flat=True)
     )
     for episode_id in ids:
@@ -112,7 +116,7 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
             Turn.objects.filter(episode=episode).delete()
             Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
-    policy = build_policy(settings, seed=int(episode.seed))
+    policy = build_policy(settings, seed=int(episode.seed), sample=episode.sample)
     recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
     try:
         totals = recorder.play()

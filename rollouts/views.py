@@ -105,7 +105,10 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "active": active,
         "poll_seconds": POLL_SECONDS,
         "settings_json": json.dumps(batch.settings, indent=2, sort_keys=True),
+        "samples_per_seed": int((batch.settings or {}).get("samples_per_seed") or 1),
     }
+    if context["samples_per_seed"] > 1:
+        context["seed_groups"] = selectors.batch_seed_groups(batch_id=batch.id)
     if request.htmx:
         return render(request, "rollouts/partials/batch_body.html", context)
     return render(request, "rollouts/batch_detail.html", context)

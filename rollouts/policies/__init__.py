@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rollouts.policies.base import Decision, Observation, Policy
+from rollouts.policies.base import Decision, Observation, Policy, policy_seed
 from rollouts.rollout_settings import RolloutSettings
 
 
-def build_policy(settings: RolloutSettings, *, seed: int) -> Policy:
+def build_policy(settings: RolloutSettings, *, seed: int, sample: int = 0) -> Policy:
     if settings.policy == "scripted":
         from rollouts.policies.baselines import ScriptedPolicy
 
@@ -14,12 +14,12 @@ def build_policy(settings: RolloutSettings, *, seed: int) -> Policy:
     if settings.policy == "random":
         from rollouts.policies.baselines import RandomPolicy
 
-        return RandomPolicy(seed=seed)
+        return RandomPolicy(seed=policy_seed(seed=seed, sample=sample))
     if settings.policy == "openai":
         from rollouts.policies.openai import OpenAIPolicy
 
-        return OpenAIPolicy(settings, seed=seed)
+        return OpenAIPolicy(settings, seed=seed, sample=sample)
     raise ValueError(f"unknown policy {settings.policy!r}")
 
 
-__all__ = ["Decision", "Observation", "Policy", "build_policy"]
+__all__ = ["Decision", "Observation", "Policy", "build_policy", "policy_seed"]
