@@ -14,11 +14,14 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q, QuerySet
 
+from datasets.groups import grouping_on, kept_episodes
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch, Turn
 
 FLAGGED_CHOICES = ("any", "only", "exclude")
 FORMATS = ("studio", "openai")
+# sft: one row per turn; preference: one row per pair of same-state answers (datasets.preferences)
+KINDS = ("sft", "preference")
 MAX_HISTORY_FRAMES = 9  # the current frame plus 9 is the provider's 10 images per row
 
 
@@ -39,6 +42,9 @@ class DatasetFilters:
     include_assistant: bool = False
     flagged: str = "any"
     exclude_errors: bool = False
+    # best-of-N over the samples of each seed (datasets.groups)
+    top_per_seed: int | None = None
+    at_or_above_mean: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,6 +77,8 @@ class DatasetFilters:
             raise FilterError(
                 f"flagged: {self.flagged!r} is not one of {', '.join(FLAGGED_CHOICES)}"
             )
+        if self.top_per_seed is not None and not 1 <= self.top_per_seed <= 1000:
+            raise FilterError(f"top-per-seed: {self.top_per_seed} is not between 1 and 1000")
         if any(b < 1 for b in self.batches):
             raise FilterError("batch: ids are positive integers")
 
@@ -91,6 +99,7 @@ class ExportOptions:
     history_frames: int = 0
     format: str = "studio"
     val_fraction: float = 0.0
+    kind: str = "sft"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -102,6 +111,8 @@ class ExportOptions:
             )
         if self.format not in FORMATS:
             raise FilterError(f"format: {self.format!r} is not one of {', '.join(FORMATS)}")
+        if self.kind not in KINDS:
+            raise FilterError(f"kind: {self.kind!r} is not one of {', '.join(KINDS)}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise FilterError(f"val-fraction: {self.val_fraction} is not in [0, 1)")
 
@@ -129,7 +140,7 @@ def _from_json(cls, data: dict[str, Any]):
                 values[name] = tuple(caster(v) for v in value)
             elif isinstance(default, bool):
                 values[name] = bool(value)
-            elif name == "min_unique" or name == "history_frames":
+            elif name in ("min_unique", "history_frames", "top_per_seed"):
                 values[name] = None if value in (None, "") else int(value)
             elif name in ("min_reward", "val_fraction"):
                 values[name] = None if value in (None, "") else float(value)
@@ -195,6 +206,8 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
         qs = qs.filter(flagged=False)
     if filters.exclude_errors:
         qs = qs.filter(error="", error_kind="")
+    if grouping_on(filters):
+        qs = qs.filter(episode_id__in=kept_episodes(filters).values("id"))
     return qs
 
 

@@ -42,6 +42,24 @@ class DatasetForm(forms.Form):
     include_assistant = forms.BooleanField(required=False, label="Assistant image present")
     flagged = forms.ChoiceField(choices=[(c, c) for c in FLAGGED_CHOICES], initial="any")
     exclude_errors = forms.BooleanField(required=False, label="Exclude turns with errors")
+    top_per_seed = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        label="Top n episodes per seed",
+        help_text="Best-of-N: by unique achievements, then reward (ties: earlier sample).",
+    )
+    at_or_above_mean = forms.BooleanField(
+        required=False,
+        label="At or above the seed's mean",
+        help_text="Episodes whose reward is at least the mean of their seed's samples.",
+    )
+    kind = forms.ChoiceField(
+        choices=[("sft", "SFT: one row per turn"), ("preference", "Preference pairs (DPO)")],
+        initial="sft",
+        required=False,
+        label="Rows",
+    )
     history_frames = forms.IntegerField(
         min_value=0, max_value=MAX_HISTORY_FRAMES, initial=0, required=False
     )
@@ -88,11 +106,14 @@ class DatasetForm(forms.Form):
                 include_assistant=bool(data.get("include_assistant")),
                 flagged=data.get("flagged") or "any",
                 exclude_errors=bool(data.get("exclude_errors")),
+                top_per_seed=data.get("top_per_seed"),
+                at_or_above_mean=bool(data.get("at_or_above_mean")),
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,
                 format=data.get("format") or "studio",
                 val_fraction=data.get("val_fraction") or 0.0,
+                kind=data.get("kind") or "sft",
             )
             check_references(self._filters)
         except FilterError as exc:

@@ -10,6 +10,7 @@ from django.db.models.expressions import RawSQL
 
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.groups import group_table, grouping_on
 from datasets.models import Dataset, DatasetVersion
 from rollouts.models import RolloutBatch, Turn
 
@@ -46,6 +47,11 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     counts.setdefault("images", counts["turns"])
     counts["images"] = counts["images"] or 0
     return counts
+
+
+def dataset_groups(*, filters: DatasetFilters, limit: int = 12) -> dict[str, Any] | None:
+    """With a best-of-N filter: what each seed's group keeps (None without one)."""
+    return group_table(filters, limit=limit) if grouping_on(filters) else None
 
 
 def dataset_preview(

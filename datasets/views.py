@@ -94,6 +94,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
             "dataset": dataset,
             "form": form,
             "counts": selectors.dataset_counts(filters=filters, options=options),
+            "groups": selectors.dataset_groups(filters=filters),
             "preview": preview,
             "preview_error": preview_error,
             **_versions_context(dataset),
@@ -117,6 +118,7 @@ def dataset_counts(request: HttpRequest) -> HttpResponse:
     context: dict = {}
     if form.is_valid():
         context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
+        context["groups"] = selectors.dataset_groups(filters=form.filters)
     else:
         context["errors"] = [e for errors in form.errors.values() for e in errors]
     return render(request, "datasets/partials/counts.html", context)

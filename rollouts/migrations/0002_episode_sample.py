@@ -4,27 +4,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rollouts', '0001_initial'),
+        ("rollouts", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='episode',
-            options={'ordering': ['batch_id', 'seed', 'sample']},
+            name="episode",
+            options={"ordering": ["batch_id", "seed", "sample"]},
         ),
         migrations.RemoveConstraint(
-            model_name='episode',
-            name='episode_unique_batch_seed',
+            model_name="episode",
+            name="episode_unique_batch_seed",
         ),
         migrations.AddField(
-            model_name='episode',
-            name='sample',
+            model_name="episode",
+            name="sample",
             field=models.PositiveSmallIntegerField(default=0),
         ),
         migrations.AddConstraint(
-            model_name='episode',
-            constraint=models.UniqueConstraint(fields=('batch', 'seed', 'sample'), name='episode_unique_batch_seed_sample'),
+            model_name="episode",
+            constraint=models.UniqueConstraint(
+                fields=("batch", "seed", "sample"), name="episode_unique_batch_seed_sample"
+            ),
         ),
     ]
