@@ -31,7 +31,7 @@ FILTER_FLAGS = (
 )
 
 
-def add_filter_arguments(parser, *, formats: tuple[str, ...] = FORMATS) -> None:
+def add_filter_arguments(parser, *, with_format: bool = True) -> None:
     parser.add_argument("--dataset", type=int, metavar="ID", help="use a saved dataset")
     parser.add_argument("--batch", type=int, nargs="+", action="extend", metavar="ID")
     parser.add_argument("--model", nargs="+", action="extend", metavar="M")
@@ -68,7 +68,8 @@ def add_filter_arguments(parser, *, formats: tuple[str, ...] = FORMATS) -> None:
     )
     parser.add_argument("--val-fraction", type=float, metavar="F")
     parser.add_argument("--history-frames", type=int, metavar="K")
-    parser.add_argument("--format", choices=formats)
+    if with_format:
+        parser.add_argument("--format", choices=FORMATS)
 
 
 def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, ExportOptions]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -16,9 +17,12 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from datasets.exporting import ExportRefused, export_count, export_files
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.exporting import ExportRefused, ExportResult, export_count, export_files
+from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.hf_export import HFResult, write_hf_dataset
 from datasets.models import Dataset, DatasetVersion
+from datasets.preferences import export_preference_files
+from rollouts.models import RolloutBatch
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +30,73 @@ VersionOutcome = Literal["done", "failed", "busy", "done_already"]
 # A running export that has not reported progress for this long is presumed dead.
 STALE_AFTER = timedelta(minutes=10)
 MAX_ERROR_LINES = 200
+
+
+def rows_export(
+    *,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    output: Path,
+    val_output: Path | None = None,
+    progress=None,
+) -> ExportResult:
+    """The JSONL export of either kind: a row per turn, or a row per preference pair."""
+    export = export_preference_files if options.kind == "preference" else export_files
+    return export(
+        filters=filters, options=options, output=output, val_output=val_output, progress=progress
+    )
+
+
+def hf_card(*, filters: DatasetFilters, options: ExportOptions, title: str = "") -> dict:
+    """What the dataset card says about where the data came from."""
+    batch_ids = sorted(
+        set(turn_queryset(filters).values_list("episode__batch_id", flat=True).distinct())
+    )
+    batches = RolloutBatch.objects.filter(id__in=batch_ids).order_by("id")
+    return {
+        "title": title,
+        "filter": filters.to_json(),
+        "export_options": {
+            "kind": options.kind,
+            "history_frames": options.history_frames,
+            "val_fraction": options.val_fraction,
+        },
+        "batches": [{"id": b.id, "name": b.name, "policy": b.policy} for b in batches],
+        "models": sorted({b.model for b in batches if b.model}),
+    }
+
+
+def hf_export(
+    *,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    output: Path,
+    tool_calls_as_text: bool = False,
+    progress=None,
+    title: str = "",
+    shard_bytes: int | None = None,
+) -> HFResult:
+    """A Hugging Face dataset in `output`: the studio-format rows, then parquet and Arrow."""
+    options = dataclasses.replace(options, format="studio")  # the rows keep their metadata
+    with tempfile.TemporaryDirectory(prefix=".tmp-hf-rows-", dir=output.parent) as tmp:
+        train, val = Path(tmp, "train.jsonl"), Path(tmp, "val.jsonl")
+        result = rows_export(
+            filters=filters,
+            options=options,
+            output=train,
+            val_output=val if options.val_fraction > 0 else None,
+            progress=progress,
+        )
+        sources = {"train": train, **({"val": val} if result.val is not None else {})}
+        extra = {"shard_bytes": shard_bytes} if shard_bytes else {}
+        return write_hf_dataset(
+            sources=sources,
+            output=output,
+            kind=options.kind,
+            tool_calls_as_text=tool_calls_as_text,
+            card=hf_card(filters=filters, options=options, title=title),
+            **extra,
+        )
 
 
 def dataset_create(
@@ -135,7 +206,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
 
         name, val_name = version_file_names(version)
         with _local_targets(name, val_name) as (path, val_path):
-            result = export_files(
+            result = rows_export(
                 filters=filters,
                 options=options,
                 output=path,

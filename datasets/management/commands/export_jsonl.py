@@ -9,7 +9,8 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from datasets.command_options import add_filter_arguments, filters_from_options
-from datasets.exporting import ExportRefused, export_count, export_files
+from datasets.exporting import ExportRefused, export_count
+from datasets.services import rows_export
 from studio.commands import StudioCommand, progress_bar, usage_error
 
 
@@ -46,7 +47,7 @@ class Command(StudioCommand):
         bar = progress_bar(total=total, desc="export", unit="row")
         try:
             with bar:
-                result = export_files(
+                result = rows_export(
                     filters=filters,
                     options=export_options,
                     output=output,
