@@ -1,0 +1,153 @@
+"""Preference pairs: episodes of one seed that saw the same frames, then answered differently."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from datasets import services
+from datasets.filters import DatasetFilters, ExportOptions
+from datasets.preferences import divergence_turn, find_pairs
+from datasets.tests.conftest import read_rows, record, run
+from datasets.tests.hf_reader import read_hf
+from rollouts.frame_store import FrameStore
+from rollouts.models import Episode, Frame
+
+pytestmark = pytest.mark.django_db
+
+# Two scripted plays of seed 11 that take the same actions for 4 turns, then differ at turn 4:
+# what a fork at turn 4 of the original looks like.
+ORIGINAL = ("move_right", "move_down", "move_left", "move_up", "do")
+FORKED = ("move_right", "move_down", "move_left", "move_up", "noop")
+
+
+def outcome(batch, *, achievements: int, reward: float) -> Episode:
+    episode = batch.episodes.get()
+    Episode.objects.filter(id=episode.id).update(
+        achievement_count=achievements, total_reward=reward
+    )
+    return episode
+
+
+@pytest.fixture
+def original_and_fork():
+    original = record(seeds=(11,), steps=8, actions=ORIGINAL)
+    fork = record(seeds=(11,), steps=8, actions=FORKED)
+    return original, fork
+
+
+def test_divergence_is_the_first_different_answer_on_the_same_frames():
+    a = [("f0", ["x"]), ("f1", ["y"]), ("f2", ["z"])]
+    assert divergence_turn(a, [("f0", ["x"]), ("f1", ["w"]), ("f9", ["z"])]) == 1
+    assert divergence_turn(a, a) is None  # identical plays
+    assert divergence_turn(a, [("f0", ["x"]), ("g1", ["w"])]) is None  # states differ first
+    assert divergence_turn(a, [("f0", ["q"])]) == 0
+
+
+def test_a_fork_and_its_original_give_one_pair_at_the_fork_turn(original_and_fork, tmp_path):
+    original, fork = original_and_fork
+    better = outcome(original, achievements=3, reward=2.9)
+    worse = outcome(fork, achievements=1, reward=0.9)
+    # Their frames are the same up to turn 4: the worlds are reproducible.
+    shas = {
+        e.id: list(Frame.objects.filter(episode=e).order_by("step").values_list("sha256"))
+        for e in (better, worse)
+    }
+    assert shas[better.id][:5] == shas[worse.id][:5]
+    filters = DatasetFilters(batches=(original.id, fork.id))
+    (pair,) = list(find_pairs(filters))
+    assert pair.turn == 4
+    assert (pair.chosen.episode_id, pair.rejected.episode_id) == (better.id, worse.id)
+
+    out = run(
+        "export_jsonl", "--output", str(tmp_path / "dpo.jsonl"),
+        "--batch", str(original.id), str(fork.id), "--kind", "preference",
+    )  # fmt: skip
+    assert out.code == 0, out.stderr
+    assert out.summary["rows"] == 1 and out.summary["episodes"] == 2
+    (row,) = read_rows(tmp_path / "dpo.jsonl")
+    assert set(row) == {"prompt", "chosen", "rejected", "images", "tools", "metadata"}
+    chosen_call = row["chosen"][0]["tool_calls"][0]["function"]
+    rejected_call = row["rejected"][0]["tool_calls"][0]["function"]
+    assert json.loads(chosen_call["arguments"]) == {"actions": ["do"]}
+    assert json.loads(rejected_call["arguments"]) == {"actions": ["noop"]}
+    # The prompt is what both saw at turn 4: its one image is that frame, as a placeholder.
+    (image,) = row["images"]
+    frame = Frame.objects.get(episode=better, step=4)
+    png = base64.b64decode(image.split(",", 1)[1])
+    assert png == FrameStore().read(frame.image.name)
+    assert Frame.objects.get(episode=worse, step=4).sha256 == frame.sha256
+    user = row["prompt"][-1]
+    assert [p["type"] for p in user["content"]] == ["text", "image"]
+    meta = row["metadata"]
+    assert (meta["seed"], meta["turn"]) == (11, 4)
+    assert meta["chosen"]["episode_id"] == better.id and meta["chosen"]["unique_achievements"] == 3
+    assert meta["rejected"]["episode_id"] == worse.id and meta["rejected"]["reward"] == 0.9
+
+    openai = run(
+        "export_jsonl", "--output", str(tmp_path / "openai.jsonl"),
+        "--batch", str(original.id), str(fork.id), "--kind", "preference", "--format", "openai",
+    )  # fmt: skip
+    assert openai.code == 0, openai.stderr
+    (orow,) = read_rows(tmp_path / "openai.jsonl")
+    assert set(orow) == {"input", "preferred_output", "non_preferred_output"}
+    assert orow["preferred_output"] == row["chosen"] and orow["non_preferred_output"] == row["rejected"]
+    parts = orow["input"]["messages"][-1]["content"]
+    assert [p["image_url"]["url"] for p in parts if p["type"] == "image_url"] == [image]
+
+
+def test_the_worse_original_is_rejected(original_and_fork):
+    original, fork = original_and_fork
+    worse = outcome(original, achievements=2, reward=1.0)
+    better = outcome(fork, achievements=2, reward=1.5)  # same achievements: reward decides
+    (pair,) = list(find_pairs(DatasetFilters(batches=(original.id, fork.id))))
+    assert (pair.chosen.episode_id, pair.rejected.episode_id) == (better.id, worse.id)
+
+
+def test_ties_and_identical_episodes_give_no_pair(original_and_fork):
+    original, fork = original_and_fork
+    outcome(original, achievements=2, reward=1.5)
+    outcome(fork, achievements=2, reward=1.5)
+    assert list(find_pairs(DatasetFilters(batches=(original.id, fork.id)))) == []
+    same = record(seeds=(11,), steps=8, actions=ORIGINAL)
+    outcome(same, achievements=0, reward=0.0)
+    # identical plays never diverge, whatever their recorded outcome
+    assert list(find_pairs(DatasetFilters(batches=(original.id, same.id)))) == []
+
+
+def test_a_filtered_out_divergence_turn_makes_no_pair(original_and_fork):
+    original, fork = original_and_fork
+    outcome(original, achievements=3, reward=2.9)
+    outcome(fork, achievements=1, reward=0.9)
+    fork.episodes.get().turns.filter(index=4).update(flagged=True)
+    filters = DatasetFilters(batches=(original.id, fork.id), flagged="exclude")
+    assert list(find_pairs(filters)) == []
+
+
+def test_samples_of_a_seed_give_pairs_and_hf_preference_columns(tmp_path):
+    batch = record(seeds=(2,), samples_per_seed=3, steps=20, policy="random")
+    for sample, (count, reward) in enumerate([(1, 1.0), (2, 2.0), (0, 0.0)]):
+        Episode.objects.filter(batch=batch, sample=sample).update(
+            achievement_count=count, total_reward=reward
+        )
+    pairs = list(find_pairs(DatasetFilters(batches=(batch.id,))))
+    ranks = {0: 1, 1: 2, 2: 0}
+    assert len(pairs) == 3
+    for pair in pairs:
+        assert ranks[pair.chosen.sample] > ranks[pair.rejected.sample]
+    output = tmp_path / "hf"
+    result = services.hf_export(
+        filters=DatasetFilters(batches=(batch.id,)),
+        options=ExportOptions(kind="preference"),
+        output=output,
+    )
+    assert result.summary()["rows"] == 3
+    read = read_hf(output, ("prompt", "chosen", "rejected", "turn"), tmp_path / "reader")
+    rows = read["parquet"]["train"]["rows"]
+    assert read["parquet"] == read["disk"] and len(rows) == 3
+    for row in rows:
+        images = sum(1 for m in row["prompt"] for p in m["content"] if p["type"] == "image")
+        assert images == len(row["pixels"]) == 1
+        assert row["chosen"][0]["role"] == row["rejected"][0]["role"] == "assistant"
