@@ -16,10 +16,11 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
+from django.utils.text import slugify
 
 from datasets.exporting import ExportRefused, ExportResult, export_count, export_files
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
-from datasets.hf_export import HFResult, write_hf_dataset
+from datasets.hf_export import HFResult, write_hf_dataset, zip_directory
 from datasets.models import Dataset, DatasetVersion
 from datasets.preferences import export_preference_files
 from rollouts.models import RolloutBatch
@@ -216,6 +217,8 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
             _store(path, name)
             if result.val is not None:
                 _store(val_path, val_name)
+            sources = {"train": path, **({"val": val_path} if result.val is not None else {})}
+            hf = _version_hf(version=version, filters=filters, options=options, sources=sources)
     except ExportRefused as exc:
         lines = exc.lines()
         shown = lines[:MAX_ERROR_LINES]
@@ -248,12 +251,49 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         estimated_tokens=result.train.estimated_tokens
         + (result.val.estimated_tokens if result.val else 0),
         split=split,
+        hf_file=hf["file"],
+        hf_sha256=hf["sha256"],
+        hf_bytes=hf["bytes"],
         total_rows=scanned,
         progress_rows=scanned,
         finished_at=timezone.now(),
         heartbeat_at=timezone.now(),
     )
     return "done"
+
+
+def _version_hf(
+    *,
+    version: DatasetVersion,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    sources: dict[str, Path],
+) -> dict:
+    """The version as a Hugging Face dataset for TRL, zipped and stored beside its JSONL.
+
+    Studio-format rows are converted as written (so it is exactly the version's content);
+    other formats have no metadata, so their rows are exported again in the studio format.
+    """
+    title = f"{version.dataset.name} v{version.number}"
+    folder = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf"
+    with tempfile.TemporaryDirectory(prefix="studio-hf-") as tmp:
+        output = Path(tmp, folder)
+        if options.format == "studio":
+            write_hf_dataset(
+                sources=sources,
+                output=output,
+                kind=options.kind,
+                card=hf_card(filters=filters, options=options, title=title),
+            )
+        else:
+            hf_export(filters=filters, options=options, output=output, title=title)
+        archive = Path(tmp, "hf.zip")
+        digest = zip_directory(output, archive)
+        size = archive.stat().st_size
+        base = f"exports/dataset-{version.dataset_id}/v{version.number}"
+        with open(archive, "rb") as fh:
+            name = default_storage.save(f"{base}.hf.zip", File(fh, name="hf.zip"))
+    return {"file": name, "sha256": digest, "bytes": size}
 
 
 def _version_fail(mine, error: str) -> None:

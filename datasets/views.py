@@ -151,6 +151,8 @@ def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
 def version_download(request: HttpRequest, version_id: int) -> FileResponse:
     version = get_object_or_404(DatasetVersion, id=version_id, status=DatasetVersion.Status.DONE)
     which = request.GET.get("file", "train")
+    if which == "hf":
+        return _hf_download(version)
     if which == "val":
         name = version.val.get("file")
         if not name:
@@ -169,6 +171,22 @@ def version_download(request: HttpRequest, version_id: int) -> FileResponse:
     response["X-Content-SHA256"] = (
         version.val.get("sha256", "") if which == "val" else version.sha256
     )
+    return response
+
+
+def _hf_download(version: DatasetVersion) -> FileResponse:
+    """The version as a zipped Hugging Face dataset ("Download for TRL")."""
+    if not version.hf_file:
+        raise Http404("this version has no Hugging Face export")
+    try:
+        handle = default_storage.open(version.hf_file.name, "rb")
+    except FileNotFoundError as exc:
+        raise Http404("export file missing") from exc
+    filename = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf.zip"
+    response = FileResponse(
+        handle, as_attachment=True, filename=filename, content_type="application/zip"
+    )
+    response["X-Content-SHA256"] = version.hf_sha256
     return response
 
 

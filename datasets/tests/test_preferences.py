@@ -93,7 +93,10 @@ def test_a_fork_and_its_original_give_one_pair_at_the_fork_turn(original_and_for
     assert openai.code == 0, openai.stderr
     (orow,) = read_rows(tmp_path / "openai.jsonl")
     assert set(orow) == {"input", "preferred_output", "non_preferred_output"}
-    assert orow["preferred_output"] == row["chosen"] and orow["non_preferred_output"] == row["rejected"]
+    assert (
+        orow["preferred_output"] == row["chosen"]
+        and orow["non_preferred_output"] == row["rejected"]
+    )
     parts = orow["input"]["messages"][-1]["content"]
     assert [p["image_url"]["url"] for p in parts if p["type"] == "image_url"] == [image]
 

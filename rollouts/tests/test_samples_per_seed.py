@@ -125,3 +125,26 @@ def test_the_command_takes_samples_per_seed_and_reports_per_seed_best(transactio
         assert group["best_achievements"] == max(counts[(seed, 0)], counts[(seed, 1)])
     best = [max(counts[(s, 0)], counts[(s, 1)]) for s in (0, 1)]
     assert summary["mean_best_achievements"] == pytest.approx(sum(best) / 2, abs=1e-3)
+
+
+def test_the_batch_form_takes_samples_per_seed_and_the_page_groups_them(editor_client):
+    from django.urls import reverse
+
+    response = editor_client.post(
+        reverse("rollouts:batch_create"),
+        {
+            "policy": "random",
+            "seeds": "5",
+            "samples_per_seed": "3",
+            "steps": "4",
+            "image_size": "64",
+            "history_frames": "0",
+            "concurrency": "1",
+        },
+    )
+    assert response.status_code == 302
+    batch = RolloutBatch.objects.get()
+    assert batch.episodes_total == 3 and batch.settings["samples_per_seed"] == 3
+    assert sorted(batch.episodes.values_list("sample", flat=True)) == [0, 1, 2]
+    page = editor_client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
+    assert "Per seed (3 samples each)" in page and "sample 2" in page
