@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,14 @@ from datasets.exporting import (
     _turn_rows,
 )
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
-from datasets.jsonl import FrameRef, RowBuilder, TurnRecord, dumps, episode_split
+from datasets.jsonl import (
+    EpisodeContext,
+    FrameRef,
+    RowBuilder,
+    TurnRecord,
+    dumps,
+    episode_split,
+)
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Turn
 
@@ -134,6 +142,14 @@ def find_pairs(filters: DatasetFilters) -> Iterator[Pair]:
             yield Pair(seed, size, limit, turn, chosen, rejected)
 
 
+def count_pairs(filters: DatasetFilters, *, max_episodes: int) -> int | None:
+    """Pairs the filter gives, for the live counts; None past `max_episodes` (too slow)."""
+    episodes = turn_queryset(filters).values("episode_id").distinct().count()
+    if episodes > max_episodes:
+        return None
+    return sum(1 for _ in find_pairs(filters))
+
+
 class PreferenceRows:
     """Builds preference rows from pairs with the SFT row builder (one row format)."""
 
@@ -145,13 +161,25 @@ class PreferenceRows:
             row_format="studio",
         )
         self.contexts = _EpisodeContexts(history_frames=options.history_frames)
+        # Pairs of a seed reuse the same few episodes: keep their contexts while they do.
+        self._recent: OrderedDict[int, EpisodeContext] = OrderedDict()
         self.parse = _JsonLists()
+
+    def _context(self, episode_id: int, *, batch_id: int, seed: int) -> EpisodeContext:
+        context = self._recent.get(episode_id)
+        if context is None:
+            context = self.contexts.load(episode_id, batch_id=batch_id, seed=seed)
+            self._recent[episode_id] = context
+            if len(self._recent) > 64:
+                self._recent.popitem(last=False)
+        self._recent.move_to_end(episode_id)
+        return context
 
     def _sft_row(self, episode_id: int, turn: int) -> tuple[dict[str, Any], int]:
         values = _turn_rows(DatasetFilters()).filter(episode_id=episode_id, index=turn).first()
         if values is None:
             raise LookupError(f"episode {episode_id} has no turn {turn}")
-        context = self.contexts.load(values[0], batch_id=values[12], seed=values[13])
+        context = self._context(values[0], batch_id=values[12], seed=values[13])
         record = TurnRecord(
             episode_id=values[0],
             index=values[1],

@@ -12,6 +12,7 @@ from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.groups import group_table, grouping_on
 from datasets.models import Dataset, DatasetVersion
+from datasets.preferences import count_pairs
 from rollouts.models import RolloutBatch, Turn
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
@@ -20,6 +21,10 @@ _IMAGES_SQL = (
     "ELSE jsonb_array_length(jsonb_path_query_array({t}.request_messages, "
     "'$[*].content[*] ? (@.type == \"image_url\")', '{{}}', true)) END"
 )
+
+
+# Counting pairs reads every turn of the episodes: past this many, the export counts them.
+PAIR_COUNT_MAX_EPISODES = 2000
 
 
 def datasets_recent() -> QuerySet[Dataset]:
@@ -46,6 +51,8 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     counts = queryset.aggregate(**aggregates)
     counts.setdefault("images", counts["turns"])
     counts["images"] = counts["images"] or 0
+    if options.kind == "preference":
+        counts["pairs"] = count_pairs(filters, max_episodes=PAIR_COUNT_MAX_EPISODES)
     return counts
 
 

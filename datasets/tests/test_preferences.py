@@ -154,3 +154,17 @@ def test_samples_of_a_seed_give_pairs_and_hf_preference_columns(tmp_path):
         images = sum(1 for m in row["prompt"] for p in m["content"] if p["type"] == "image")
         assert images == len(row["pixels"]) == 1
         assert row["chosen"][0]["role"] == row["rejected"][0]["role"] == "assistant"
+
+
+def test_the_live_counts_show_the_pairs(original_and_fork, editor_client):
+    from django.urls import reverse
+
+    original, fork = original_and_fork
+    outcome(original, achievements=3, reward=2.9)
+    outcome(fork, achievements=1, reward=0.9)
+    page = editor_client.get(
+        reverse("datasets:dataset_counts"),
+        {"name": "x", "batches": [original.id, fork.id], "flagged": "any", "format": "studio",
+         "kind": "preference"},
+    )  # fmt: skip
+    assert 'data-count="pairs">1<' in page.content.decode()
