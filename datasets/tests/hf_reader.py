@@ -35,7 +35,19 @@ def describe(dataset_dict):
 
 parquet = datasets.load_dataset("parquet", data_dir=directory)
 on_disk = datasets.load_from_disk(directory)
-print(json.dumps({"parquet": describe(parquet), "disk": describe(on_disk)}))
+# The card's `dataset_info` block, read as the Hub reads it.
+from huggingface_hub import DatasetCard
+from datasets.info import DatasetInfosDict
+card = DatasetInfosDict.from_dataset_card_data(DatasetCard.load(directory + "/README.md").data)
+card_info = card["default"]
+print(json.dumps({
+    "parquet": describe(parquet),
+    "disk": describe(on_disk),
+    "card": {
+        "features": {k: repr(v) for k, v in card_info.features.items()},
+        "splits": {k: v.num_examples for k, v in card_info.splits.items()},
+    },
+}))
 """
 
 

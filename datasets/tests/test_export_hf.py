@@ -58,6 +58,8 @@ def test_it_loads_offline_with_images_equal_to_the_stored_frames(tmp_path):
     assert set(splits) == {"train", "validation"}
     features = splits["train"]["features"]
     assert features["images"] == "List(Image(mode=None, decode=True))"
+    assert read["card"]["features"] == features
+    assert read["card"]["splits"] == {s: len(d["rows"]) for s, d in splits.items()}
     frames = {
         (t.episode_id, t.index): t.frame.image.name
         for t in Turn.objects.filter(episode__batch=batch).select_related("frame")
