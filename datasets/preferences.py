@@ -150,6 +150,29 @@ def count_pairs(filters: DatasetFilters, *, max_episodes: int) -> int | None:
     return sum(1 for _ in find_pairs(filters))
 
 
+def preference_preview(filters: DatasetFilters, *, limit: int = 5) -> list[dict[str, Any]]:
+    """The first pairs for the dataset page: the shared frame and both answers."""
+    out = []
+    for pair in itertools.islice(find_pairs(filters), limit):
+        turns = {
+            t.episode_id: t
+            for t in Turn.objects.filter(
+                episode_id__in=[pair.chosen.episode_id, pair.rejected.episode_id], index=pair.turn
+            ).select_related("frame")
+        }
+        chosen, rejected = turns[pair.chosen.episode_id], turns[pair.rejected.episode_id]
+        out.append(
+            {
+                "pair": pair,
+                "frame_sha256": chosen.frame.sha256,
+                "observation_text": chosen.observation_text,
+                "chosen": {"text": chosen.model_text, "actions": chosen.actions},
+                "rejected": {"text": rejected.model_text, "actions": rejected.actions},
+            }
+        )
+    return out
+
+
 class PreferenceRows:
     """Builds preference rows from pairs with the SFT row builder (one row format)."""
 

@@ -12,8 +12,8 @@ from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.groups import group_table, grouping_on
 from datasets.models import Dataset, DatasetVersion
-from datasets.preferences import count_pairs
-from rollouts.models import RolloutBatch, Turn
+from datasets.preferences import count_pairs, preference_preview
+from rollouts.models import Episode, RolloutBatch, Turn
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
 _IMAGES_SQL = (
@@ -61,10 +61,25 @@ def dataset_groups(*, filters: DatasetFilters, limit: int = 12) -> dict[str, Any
     return group_table(filters, limit=limit) if grouping_on(filters) else None
 
 
+def dataset_pair_preview(
+    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
+) -> list[dict[str, Any]] | None:
+    """For a preference dataset, its first pairs (None for one row per turn)."""
+    if options.kind != "preference":
+        return None
+    return preference_preview(filters, limit=limit)
+
+
 def dataset_preview(
     *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
 ) -> list[dict[str, Any]]:
-    return preview_rows(filters=filters, options=options, limit=limit)
+    rows = preview_rows(filters=filters, options=options, limit=limit)
+    # Which sample of its seed each row comes from, so best-of-N filters can be checked by eye.
+    ids = {row["metadata"]["episode_id"] for row in rows}
+    samples = dict(Episode.objects.filter(id__in=ids).values_list("id", "sample"))
+    for row in rows:
+        row["sample"] = samples.get(row["metadata"]["episode_id"], 0)
+    return rows
 
 
 def filter_choices() -> dict[str, list]:

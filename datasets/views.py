@@ -83,8 +83,12 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     filters = DatasetFilters.from_json(dataset.filters)
     options = ExportOptions.from_json(dataset.export_options)
     preview, preview_error = [], ""
+    pairs = selectors.dataset_pair_preview(filters=filters, options=options, limit=PREVIEW_ROWS)
     try:
-        preview = selectors.dataset_preview(filters=filters, options=options, limit=PREVIEW_ROWS)
+        if pairs is None:
+            preview = selectors.dataset_preview(
+                filters=filters, options=options, limit=PREVIEW_ROWS
+            )
     except (RowError, OSError) as exc:
         preview_error = str(exc)
     return render(
@@ -96,6 +100,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
             "counts": selectors.dataset_counts(filters=filters, options=options),
             "groups": selectors.dataset_groups(filters=filters),
             "preview": preview,
+            "pairs": pairs,
             "preview_error": preview_error,
             **_versions_context(dataset),
             "can_edit": _can_edit(request),

@@ -168,3 +168,23 @@ def test_the_live_counts_show_the_pairs(original_and_fork, editor_client):
          "kind": "preference"},
     )  # fmt: skip
     assert 'data-count="pairs">1<' in page.content.decode()
+
+
+def test_the_dataset_page_previews_the_pairs_with_escaped_text(original_and_fork, viewer_client):
+    from django.urls import reverse
+
+    original, fork = original_and_fork
+    better = outcome(original, achievements=3, reward=2.9)
+    outcome(fork, achievements=1, reward=0.9)
+    better.turns.filter(index=4).update(model_text="<script>alert(1)</script>")
+    dataset = services.dataset_create(
+        name="pairs",
+        filters=DatasetFilters(batches=(original.id, fork.id)),
+        options=ExportOptions(kind="preference"),
+    )
+    html = viewer_client.get(reverse("datasets:dataset_detail", args=[dataset.id])).content
+    html = html.decode()
+    assert 'data-turn="4"' in html and html.count('class="card preview-row pair"') == 1
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+    frame = Frame.objects.get(episode=better, step=4)
+    assert frame.sha256 in html
