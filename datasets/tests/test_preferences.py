@@ -188,3 +188,26 @@ def test_the_dataset_page_previews_the_pairs_with_escaped_text(original_and_fork
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
     frame = Frame.objects.get(episode=better, step=4)
     assert frame.sha256 in html
+
+
+def test_a_preference_version_exports_pairs_and_its_trl_download(original_and_fork):
+    from django.core.files.storage import default_storage
+
+    from datasets.models import DatasetVersion
+
+    original, fork = original_and_fork
+    outcome(original, achievements=3, reward=2.9)
+    outcome(fork, achievements=1, reward=0.9)
+    dataset = services.dataset_create(
+        name="pairs",
+        filters=DatasetFilters(batches=(original.id, fork.id)),
+        options=ExportOptions(kind="preference"),
+    )
+    version = services.dataset_version_create(dataset=dataset, enqueue=False)
+    assert services.dataset_version_export(version_id=version.id) == "done"
+    version.refresh_from_db()
+    assert version.status == DatasetVersion.Status.DONE
+    assert (version.rows, version.episodes, version.images) == (1, 2, 1)
+    (row,) = read_rows(default_storage.path(version.file.name))
+    assert row["metadata"]["turn"] == 4
+    assert version.hf_file.name.endswith(".hf.zip") and default_storage.exists(version.hf_file.name)
