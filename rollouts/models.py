@@ -29,6 +29,10 @@ class RolloutBatch(models.Model):
     step_limit = models.PositiveIntegerField(default=256)
     image_size = models.PositiveIntegerField(default=64)
     settings = models.JSONField(default=dict, blank=True)
+    # The system prompt the batch's model was sent (rollouts.tools.PROMPT_VERSION and text):
+    # the prompt's wording changes, a batch keeps what it saw. Blank for baselines.
+    prompt_version = models.PositiveSmallIntegerField(default=0)
+    system_prompt = models.TextField(blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
 

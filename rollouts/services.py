@@ -18,6 +18,7 @@ from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder
 from rollouts.rollout_settings import RolloutSettings
+from rollouts.tools import PROMPT_VERSION, system_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ def batch_create(
 ) -> RolloutBatch:
     """One batch, one pending episode per seed; enqueued on Celery once committed."""
     versions = library_versions()
+    sends_prompt = settings.policy == "openai"
     with transaction.atomic():
         batch = RolloutBatch.objects.create(
             name=settings.name,
@@ -39,6 +41,15 @@ def batch_create(
             step_limit=settings.steps,
             image_size=settings.image_size,
             settings=settings.to_json(),
+            prompt_version=PROMPT_VERSION if sends_prompt else 0,
+            system_prompt=(
+                system_prompt(
+                    observation_mode=settings.observation_mode,
+                    history_frames=settings.history_frames,
+                )
+                if sends_prompt
+                else ""
+            ),
             episodes_total=len(settings.seeds),
             created_by=created_by,
             crafter_version=versions["crafter"],
