@@ -115,9 +115,10 @@ def dataset_counts(request: HttpRequest) -> HttpResponse:
     """Live counts for the filter form as it is being edited (htmx)."""
     form = DatasetForm(request.GET)
     context: dict = {}
-    if form.is_valid():
+    if form.is_valid() or form.has_filters:
+        # Counts stay in view when only saving would be refused (e.g. too few OpenAI rows).
         context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
-    else:
+    if not form.is_valid():
         context["errors"] = [e for errors in form.errors.values() for e in errors]
     return render(request, "datasets/partials/counts.html", context)
 
@@ -137,11 +138,11 @@ def dataset_versions(request: HttpRequest, dataset_id: int) -> HttpResponse:
 def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
     dataset = get_object_or_404(Dataset, id=dataset_id)
     try:
-        version = services.dataset_version_create(dataset=dataset, created_by=request.user)
+        services.dataset_version_create(dataset=dataset, created_by=request.user)
     except FilterError as exc:
         messages.error(request, f"Cannot export: {exc}")
         return redirect("datasets:dataset_detail", dataset_id=dataset.id)
-    messages.success(request, f"Version {version.number} is being exported.")
+    # No flash message: the versions table says "exporting" while it is, and stops saying it.
     return redirect("datasets:dataset_detail", dataset_id=dataset.id)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Avg, Count, Q, Sum
 
 from rollouts.models import Episode, Frame, RolloutBatch
-from rollouts.scoring import crafter_score, success_rates
+from rollouts.scoring import crafter_score, score_percent, success_rates
 
 
 def batch_episode_counts(*, batch_id: int) -> dict[str, int]:
@@ -44,7 +44,7 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "failed": counts["failed"],
         "mean_steps": round(agg["mean_steps"] or 0.0, 2),
         "mean_achievements": round(agg["mean_achievements"] or 0.0, 3),
-        "crafter_score": round(crafter_score(batch_success_rates(batch_id=batch.id)), 3),
+        "crafter_score": score_percent(crafter_score(batch_success_rates(batch_id=batch.id))),
         "total_tool_calls": agg["tool_calls"] or 0,
         "model_calls": batch.model_calls,
         "model_errors": batch.model_errors,

@@ -32,7 +32,7 @@ from rollouts.forms import (
 )
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn
-from rollouts.scoring import crafter_score
+from rollouts.scoring import crafter_score, score_text
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVIEW_PERMISSION = "rollouts.review_turn"
@@ -100,7 +100,8 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
             ("achievements", "Achievements"),
         ],
         "rates": [(name, rates.get(name, 0.0)) for name in ACHIEVEMENTS],
-        "score": crafter_score(rates),
+        # No finished episode, no score: "—", not a 0.00% that reads like a result.
+        "score": score_text(crafter_score(rates) if batch.episodes_finished else None),
         "stats": selectors_review.batch_episode_stats(batch_id=batch.id),
         "active": active,
         "poll_seconds": POLL_SECONDS,

@@ -84,7 +84,12 @@ def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batc
     assert response.status_code == 302
     assert dataset.filters["batches"] == [scripted_batch.id]
     assert dataset.filters["flagged"] == "exclude"
-    assert dataset.export_options == {"history_frames": 0, "format": "studio", "val_fraction": 0.2}
+    assert dataset.export_options == {
+        "history_frames": 0,
+        "format": "studio",
+        "val_fraction": 0.2,
+        "allow_empty": False,
+    }
 
 
 def test_it_previews_rows_with_frame_images_and_escaped_model_text(

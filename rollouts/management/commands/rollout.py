@@ -12,6 +12,7 @@ from django.db import close_old_connections
 
 from rollouts import selectors, services
 from rollouts.models import Episode, RolloutBatch
+from rollouts.scoring import SCORE_UNIT
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     IMAGE_DETAILS,
@@ -26,7 +27,10 @@ from studio.commands import StudioCommand, progress_bar, usage_error
 
 
 class Command(StudioCommand):
-    help = "Record seeded Crafter episodes with a policy; the last line is a JSON summary."
+    help = (
+        "Record seeded Crafter episodes with a policy; the last line is a JSON summary. Its "
+        f"crafter_score is in {SCORE_UNIT}."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--policy", choices=POLICIES)
