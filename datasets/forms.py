@@ -7,7 +7,6 @@ from typing import Any
 from django import forms
 
 from datasets.filters import (
-    FLAGGED_CHOICES,
     FORMATS,
     MAX_HISTORY_FRAMES,
     DatasetFilters,
@@ -16,8 +15,8 @@ from datasets.filters import (
     check_combination,
     check_references,
 )
-from datasets.selectors import dataset_save_problems
 from datasets.models import Dataset
+from datasets.selectors import dataset_save_problems
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch
 
@@ -74,8 +73,7 @@ class DatasetForm(forms.Form):
     user_image = forms.BooleanField(
         required=False,
         label="User image present",
-        help_text="Rows whose user message shows an image (text-only observation mode has "
-        "none).",
+        help_text="Rows whose user message shows an image (text-only observation mode has none).",
     )
     include_assistant = forms.BooleanField(
         required=False,

@@ -12,10 +12,10 @@ from django.db.models.functions import Coalesce, Length
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.jsonl import episode_split
-from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
-from rollouts.tools import SYSTEM_PROMPT
 from datasets.models import Dataset, DatasetVersion
+from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import RolloutBatch, Turn
+from rollouts.tools import SYSTEM_PROMPT
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
 _IMAGES_SQL = (
@@ -46,9 +46,7 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
             RawSQL(_IMAGES_SQL.format(t=table), (options.history_frames,)),
             output_field=IntegerField(),
         )
-    aggregates["text_chars"] = Sum(
-        Length("observation_text") + Coalesce(Length("model_text"), 0)
-    )
+    aggregates["text_chars"] = Sum(Length("observation_text") + Coalesce(Length("model_text"), 0))
     counts = queryset.aggregate(**aggregates)
     counts.setdefault("images", counts["turns"])
     counts["images"] = counts["images"] or 0

@@ -146,7 +146,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
             if result.val is not None:
                 _store(val_path, val_name)
     except ExportEmpty as exc:
-        _version_fail(mine, str(exc).replace("pass --allow-empty", "tick \"Allow empty\""))
+        _version_fail(mine, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
         return "failed"
     except ExportRefused as exc:
         lines = exc.lines()

@@ -25,9 +25,7 @@ def fallback_batch(chat_server):
         replies.text("I will go right now: move_right"),
         replies.tool_call("do"),
     )
-    batch = record(
-        policy="openai", model="test-vlm", base_url=chat_server.url, seeds=(4,), steps=3
-    )
+    batch = record(policy="openai", model="test-vlm", base_url=chat_server.url, seeds=(4,), steps=3)
     assert list(Turn.objects.order_by("index").values_list("text_fallback", flat=True)) == [
         False,
         True,

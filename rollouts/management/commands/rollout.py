@@ -12,7 +12,6 @@ from django.db import close_old_connections
 
 from rollouts import selectors, services
 from rollouts.models import Episode, RolloutBatch
-from rollouts.scoring import SCORE_UNIT
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     IMAGE_DETAILS,
@@ -23,6 +22,7 @@ from rollouts.rollout_settings import (
     SettingsError,
     parse_seeds,
 )
+from rollouts.scoring import SCORE_UNIT
 from studio.commands import StudioCommand, progress_bar, usage_error
 
 
