@@ -9,6 +9,7 @@ A shell `trap 'kill 0'` did this before and signalled itself in a loop.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -27,10 +28,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 def _die_with_parent() -> None:
     """Runs in the child before exec: should this process be killed, its children follow."""
-    try:
+    # Not Linux (no libc.so.6): the stop sequence still ends every group.
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: the stop sequence below still ends every group
 
 
 def _commands(port: str, var_dir: Path) -> dict[str, list[str]]:
@@ -107,10 +107,8 @@ class Demo:
             _signal_group(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_SECONDS
         for child in self.children.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         # A worker that ignored TERM, and pool processes whose parent has gone.
         for child in self.children.values():
             _signal_group(child.pid, signal.SIGKILL)
@@ -118,10 +116,8 @@ class Demo:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main() -> int:

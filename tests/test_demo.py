@@ -3,6 +3,7 @@ in a few lines, and nothing is left outside the var directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -129,10 +130,8 @@ def test_it_stops_server_worker_and_scheduler_on_ctrl_c(tmp_path):
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             for pid in _descendants(demo.pid):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
     output = "".join(lines)
     assert len(lines) < 20, output
     assert "Segmentation fault" not in output and "Warm shutdown" not in output
