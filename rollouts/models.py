@@ -56,6 +56,8 @@ class RolloutBatch(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "rollout batch"
+        verbose_name_plural = "rollout batches"
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(

@@ -209,8 +209,20 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "client_error_line": {"()": "studio.logging_filters.ClientErrorWithoutTraceback"},
+        "drop_client_errors": {"()": "studio.logging_filters.DropClientErrors"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "server": {"class": "logging.StreamHandler", "filters": ["drop_client_errors"]},
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
+    "loggers": {
+        # Each 403 / 404 once, as one line (django.request), without a traceback.
+        "django.request": {"filters": ["client_error_line"]},
+        "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
+    },
 }
 
 # --- openai policy ---
