@@ -85,6 +85,17 @@ class RolloutBatch(models.Model):
     def progress_percent(self) -> int:
         return int(100 * self.episodes_done / self.episodes_total) if self.episodes_total else 0
 
+    def _share(self, count: int) -> float:
+        return round(100 * count / self.episodes_total, 2) if self.episodes_total else 0.0
+
+    @property
+    def finished_percent(self) -> float:
+        return self._share(self.episodes_finished)
+
+    @property
+    def failed_percent(self) -> float:
+        return self._share(self.episodes_failed)
+
 
 class Episode(models.Model):
     class Status(models.TextChoices):

@@ -56,5 +56,43 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
     }
 
 
+_OPENAI_SETTINGS = (
+    ("model", "Model", ""),
+    ("base_url", "Endpoint", ""),
+    ("observation_mode", "Observation", ""),
+    ("history_frames", "History frames", ""),
+    ("image_detail", "Image detail", ""),
+    ("temperature", "Temperature", ""),
+    ("max_tokens", "Max tokens", ""),
+    ("on_bad_output", "On bad output", ""),
+    ("max_retries", "Retries", ""),
+    ("request_timeout", "Request timeout", " s"),
+    ("concurrency", "Concurrency", " requests in flight"),
+    ("requests_per_minute", "Requests per minute", ""),
+)
+
+
+def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
+    """The batch's settings as (label, value) rows: only those that apply to its policy."""
+    from rollouts.rollout_settings import seeds_spec
+
+    data = batch.settings or {}
+    rows = [
+        ("Policy", batch.policy),
+        ("Seeds", seeds_spec(batch.seeds) if batch.seeds else "—"),
+        ("Steps", str(batch.step_limit)),
+        ("Image size", f"{batch.image_size} px"),
+    ]
+    if batch.policy == RolloutBatch.Policy.SCRIPTED:
+        rows.append(("Actions", " ".join(data.get("actions") or ())))
+    if batch.policy == RolloutBatch.Policy.OPENAI:
+        for key, label, unit in _OPENAI_SETTINGS:
+            value = data.get(key, "")
+            if key == "requests_per_minute" and not value:
+                value, unit = "no limit", ""
+            rows.append((label, f"{value}{unit}" if value != "" else "—"))
+    return rows
+
+
 def frame_exists(*, sha256: str) -> bool:
     return Frame.objects.filter(sha256=sha256).exists()

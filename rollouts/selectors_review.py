@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
@@ -57,19 +58,33 @@ def batch_is_active(*, batch: RolloutBatch) -> bool:
 
 def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
     ordering = EPISODE_SORTS.get(sort, EPISODE_SORTS["seed"])
+    # Errors as the turns recorded them (a failed call or an unusable answer each).
+    turn_errors = (
+        Turn.objects.filter(episode=OuterRef("pk"))
+        .exclude(error_kind="", error="")
+        .order_by()
+        .values("episode")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     return (
         Episode.objects.filter(batch_id=batch_id)
         .defer("achievements", "claim_token")
+        .annotate(turn_errors=Coalesce(Subquery(turn_errors), 0))
         .order_by(*ordering)
     )
 
 
 def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
-    return Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
+    stats = Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
         mean_steps=Avg("steps"),
         mean_reward=Avg("total_reward"),
         mean_achievements=Avg("achievement_count"),
     )
+    stats["mean_latency_ms"] = Turn.objects.filter(
+        episode__batch_id=batch_id, latency_ms__gt=0
+    ).aggregate(m=Avg("latency_ms"))["m"]
+    return stats
 
 
 @dataclass(frozen=True)

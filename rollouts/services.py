@@ -76,6 +76,58 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     return len(ids)
 
 
+def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
+    """Run again what did not finish: failed or canceled episodes start afresh, pending ones
+    and running ones whose worker died (stale heartbeat) are sent again. `rollout --resume`
+    and the batch page's Resume. Returns how many episodes are left to play."""
+    with transaction.atomic():
+        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
+        # Their partial rows are replaced when replayed (episode_run, attempts > 1).
+        reset = Episode.objects.filter(batch=locked, status=Episode.Status.FAILED).update(
+            status=Episode.Status.PENDING, error="", claim_token="", finished_at=None
+        )
+        left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
+        if left:
+            RolloutBatch.objects.filter(id=locked.id).update(
+                episodes_failed=F("episodes_failed") - reset,
+                status=RolloutBatch.Status.RUNNING
+                if locked.started_at
+                else RolloutBatch.Status.PENDING,
+                error="",
+                finished_at=None,
+            )
+        if enqueue and left:
+            transaction.on_commit(lambda: batch_enqueue(batch=locked))
+    batch.refresh_from_db()
+    return left
+
+
+def batch_cancel(*, batch: RolloutBatch) -> int:
+    """Stop a pending or running batch: its unfinished episodes fail as canceled, and a worker
+    playing one stops at its next chunk (its claim is withdrawn). Returns episodes stopped."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
+        if locked.status not in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
+            return 0
+        stopped = Episode.objects.filter(
+            batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
+        ).update(
+            status=Episode.Status.FAILED,
+            error="canceled",
+            claim_token="",
+            finished_at=now,
+        )
+        RolloutBatch.objects.filter(id=locked.id).update(
+            status=RolloutBatch.Status.CANCELED,
+            episodes_failed=F("episodes_failed") + stopped,
+            error="canceled",
+            finished_at=now,
+        )
+    batch.refresh_from_db()
+    return stopped
+
+
 def batch_settings(batch: RolloutBatch) -> RolloutSettings:
     return RolloutSettings.from_json(batch.settings)
 
