@@ -189,7 +189,8 @@ def dataset_import(request: HttpRequest) -> HttpResponse:
                         fh.write(chunk)
                 summary = import_file(
                     path=tmp,
-                    name=form.cleaned_data["name"] or Path(upload.name).name,
+                    name=form.cleaned_data["name"],
+                    source_name=Path(upload.name).name,
                     created_by=request.user,
                 )
             except ImportFailed as exc:
