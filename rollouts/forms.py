@@ -221,6 +221,20 @@ class TurnFilterForm(forms.Form):
         required=False,
         label="Unlocked",
     )
+    policy = forms.ChoiceField(
+        choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported"))], required=False
+    )
+    seed = forms.IntegerField(required=False, min_value=0)
+    reward = forms.ChoiceField(
+        choices=[("any", "any"), ("positive", "> 0"), ("zero", "= 0"), ("negative", "< 0")],
+        required=False,
+    )
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text="Model text, notes and observation text.",
+    )
 
     def filters(self) -> TurnFilters:
         """The validated filters; call after is_valid()."""
@@ -231,6 +245,10 @@ class TurnFilterForm(forms.Form):
             flagged=data.get("flagged") or "any",
             has_error=data.get("has_error") or "any",
             achievement=data.get("achievement") or "",
+            policy=data.get("policy") or "",
+            seed=data.get("seed"),
+            reward=data.get("reward") or "any",
+            search=(data.get("q") or "").strip(),
         )
 
 

@@ -194,11 +194,14 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     filters = form.filters() if form.is_valid() else None
     if not form.is_bound:
         filters = selectors_review.TurnFilters()
+    sort = request.GET.get("sort", "")
+    if sort not in selectors_review.TURN_SORTS:
+        sort = ""
     page = None
     if filters is not None:
         turns = selectors_review.turns_filtered(filters=filters)
         page = Paginator(
-            selectors_review.turn_list_page_rows(turns=turns), TURNS_PER_PAGE
+            selectors_review.turn_list_page_rows(turns=turns, sort=sort), TURNS_PER_PAGE
         ).get_page(request.GET.get("page"))
     return render(
         request,
@@ -207,6 +210,9 @@ def turn_list(request: HttpRequest) -> HttpResponse:
             "form": form,
             "page": page,
             "filter_query": _query_without(request.GET, "page"),
+            "sort_query": _query_without(request.GET, "page", "sort"),
+            "sort": sort,
+            "sort_columns": [("batch", "Batch"), ("episode", "Episode"), ("turn", "Turn")],
             "choices": selectors_review.turn_filter_choices(),
             "can_review": request.user.has_perm(REVIEW_PERMISSION),
         },
@@ -225,7 +231,7 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
     filters = form.filters()
     flagged = flag_form.cleaned_data["set_flagged"]
     turns = selectors_review.turns_filtered(filters=filters)
-    filter_query = _query_without(data, "page", "set_flagged", "csrfmiddlewaretoken")
+    filter_query = _query_without(data, "page", "set_flagged", "csrfmiddlewaretoken", "sort")
     if request.method == "POST":
         changed = services_review.turns_bulk_flag(turns=turns, flagged=flagged, user=request.user)
         verb = "Flagged" if flagged else "Unflagged"
