@@ -21,6 +21,7 @@ from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch
 
 _ACHIEVEMENT_CHOICES = [(a, a) for a in ACHIEVEMENTS]
+_LABEL_FIELDS = ("name", "description")
 FORMAT_LABELS = {"studio": "Studio", "openai": "OpenAI", "synth": "Synth"}
 
 
@@ -149,7 +150,8 @@ class DatasetForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if self.errors:
+        # The filter stands without a name: live counts show while the name is still empty.
+        if any(name not in _LABEL_FIELDS for name in self.errors):
             return data
         try:
             self._filters = DatasetFilters(

@@ -119,7 +119,13 @@ def dataset_counts(request: HttpRequest) -> HttpResponse:
         # Counts stay in view when only saving would be refused (e.g. too few OpenAI rows).
         context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
     if not form.is_valid():
-        context["errors"] = [e for errors in form.errors.values() for e in errors]
+        # A missing name is for the save button to say, not the counts.
+        context["errors"] = [
+            e
+            for name, errors in form.errors.items()
+            if name not in ("name", "description")
+            for e in errors
+        ]
     return render(request, "datasets/partials/counts.html", context)
 
 

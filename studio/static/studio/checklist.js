@@ -16,7 +16,8 @@
       count.textContent = ticked ? ticked + " selected" : "";
     }
     // Typing in the search box must not trigger the live counts (the form listens to keyup).
-    search.addEventListener("keyup", function (event) { event.stopPropagation(); refresh(); });
+    search.addEventListener("input", refresh);
+    search.addEventListener("keyup", function (event) { event.stopPropagation(); });
     search.addEventListener("change", function (event) { event.stopPropagation(); });
     search.addEventListener("keydown", function (event) {
       if (event.key === "Enter") event.preventDefault();
