@@ -219,6 +219,13 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
     "loggers": {
+        # Django's default config gives "django" a console handler of its own in DEBUG, and
+        # the record then reached the root's as well: every warning printed twice.
+        "django": {
+            "handlers": ["console"],
+            "level": env.str("LOG_LEVEL", default="WARNING"),
+            "propagate": False,
+        },
         # Each 403 / 404 once, as one line (django.request), without a traceback.
         "django.request": {"filters": ["client_error_line"]},
         "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
