@@ -139,3 +139,21 @@ def test_it_refuses_to_save_an_openai_dataset_under_ten_rows(scripted_batch, edi
     assert "at least 10 rows" in counts
     Turn.objects.filter(index__lt=10, episode__seed=1).update(flagged=True)
     assert editor_client.post(reverse("datasets:dataset_new"), data).status_code == 302
+
+
+def test_it_warns_on_the_page_when_a_versions_validation_split_is_empty(
+    scripted_batch, editor_client
+):
+    dataset = services.dataset_create(
+        name="tiny val",
+        filters=DatasetFilters(batches=(scripted_batch.id,)),
+        options=ExportOptions(val_fraction=0.000000001),
+    )
+    version = services.dataset_version_create(dataset=dataset, enqueue=False)
+    assert services.dataset_version_export(version_id=version.id) == "done"
+    version.refresh_from_db()
+    assert version.rows == 90 and version.split["val"]["rows"] == 0
+    page = editor_client.get(reverse("datasets:dataset_detail", args=[dataset.id]))
+    html = page.content.decode()
+    assert "the validation split has 0 rows" in html
+    assert "The validation split has 0 rows: no episode falls into it." in html  # live counts

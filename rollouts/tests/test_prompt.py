@@ -78,3 +78,29 @@ def test_it_records_on_the_batch_the_prompt_its_model_was_sent(chat_server):
 def test_it_records_no_prompt_for_baselines():
     batch = record_batch(policy="scripted", seeds=(0,), steps=2)
     assert (batch.prompt_version, batch.system_prompt) == (0, "")
+
+
+@pytest.mark.django_db
+def test_it_records_version_1_and_its_text_for_batches_played_before(chat_server):
+    import importlib
+
+    from django.apps import apps
+
+    from rollouts.models import RolloutBatch, Turn
+
+    migration = importlib.import_module("rollouts.migrations.0002_batch_prompt_version")
+    chat_server.script(replies.tool_call("noop"))
+    batch = record_batch(
+        policy="openai", model="test-vlm", base_url=chat_server.url, seeds=(2,), steps=1
+    )
+    old_text = "Crafting needs a nearby table (and a furnace for stone and iron tools)."
+    turn = Turn.objects.get(episode__batch=batch)
+    turn.request_messages = [{"role": "system", "content": old_text}, *turn.request_messages[1:]]
+    turn.save()
+    RolloutBatch.objects.filter(id=batch.id).update(prompt_version=0, system_prompt="")
+    baseline = record_batch(policy="random", seeds=(2,), steps=1)
+    migration._record_old_prompts(apps, None)
+    batch.refresh_from_db()
+    baseline.refresh_from_db()
+    assert (batch.prompt_version, batch.system_prompt) == (1, old_text)
+    assert (baseline.prompt_version, baseline.system_prompt) == (0, "")
