@@ -46,7 +46,7 @@ class DatasetForm(forms.Form):
     )
     models = _checkboxes(help_text="Turns played by these models; none ticked means any.")
     policies = _checkboxes(
-        choices=RolloutBatch.Policy.choices,
+        choices=[(p.value, p.value) for p in RolloutBatch.Policy],
         help_text="openai (a model), the scripted and random baselines, or imported rows.",
     )
     require_achievements = _checkboxes(
