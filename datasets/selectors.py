@@ -50,7 +50,10 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     counts = queryset.aggregate(**aggregates)
     counts.setdefault("images", counts["turns"])
     counts["images"] = counts["images"] or 0
-    counts.update(_split_counts(queryset, options.val_fraction))
+    if options.val_fraction > 0:
+        counts.update(_split_counts(queryset, options.val_fraction))
+    else:
+        counts.update(train_turns=counts["turns"], val_turns=0, val_episodes=0)
     counts["val_fraction"] = options.val_fraction
     # Estimates, said as such on the page: text at 4 characters a token plus the system
     # prompt and tool per row; a 64 px frame costs 255 tokens at auto detail and about
