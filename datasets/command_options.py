@@ -11,6 +11,7 @@ from datasets.filters import (
     DatasetFilters,
     ExportOptions,
     FilterError,
+    check_combination,
     check_references,
 )
 from datasets.models import Dataset
@@ -26,6 +27,7 @@ FILTER_FLAGS = (
     "user_image",
     "include_assistant",
     "flagged",
+    "include_text_fallback",
     "top_per_seed",
     "at_or_above_mean",
 )
@@ -49,6 +51,18 @@ def add_filter_arguments(parser, *, with_format: bool = True) -> None:
         help="rows whose assistant messages hold an image as well (synth-ai's flag)",
     )
     parser.add_argument("--flagged", choices=FLAGGED_CHOICES)
+    parser.add_argument(
+        "--include-text-fallback",
+        action="store_true",
+        default=None,
+        help="also turns whose actions were read from the model's prose (left out by "
+        "default: the model made no tool call); marked metadata.text_fallback",
+    )
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="write the file even when no row matches (otherwise exit 1, nothing written)",
+    )
     parser.add_argument(
         "--top-per-seed",
         type=int,
@@ -99,6 +113,7 @@ def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, Expor
                 user_image=bool(options["user_image"]),
                 include_assistant=bool(options["include_assistant"]),
                 flagged=options["flagged"] or "any",
+                include_text_fallback=bool(options["include_text_fallback"]),
                 top_per_seed=options["top_per_seed"],
                 at_or_above_mean=bool(options["at_or_above_mean"]),
             )
@@ -109,8 +124,10 @@ def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, Expor
             format=_given(options.get("format"), saved.format),
             val_fraction=_given(options["val_fraction"], saved.val_fraction),
             kind=_given(options["kind"], saved.kind),
+            allow_empty=options["allow_empty"] or saved.allow_empty,
         )
         check_references(filters)
+        check_combination(filters, export_options)
     except FilterError as exc:
         raise usage_error(str(exc)) from exc
     return filters, export_options

@@ -42,6 +42,9 @@ class DatasetFilters:
     include_assistant: bool = False
     flagged: str = "any"
     exclude_errors: bool = False
+    # Turns whose actions were read from the model's prose (Turn.text_fallback) carry a tool
+    # call the model never made: left out unless asked for, then marked in the metadata.
+    include_text_fallback: bool = False
     # best-of-N over the samples of each seed (datasets.groups)
     top_per_seed: int | None = None
     at_or_above_mean: bool = False
@@ -99,6 +102,8 @@ class ExportOptions:
     history_frames: int = 0
     format: str = "studio"
     val_fraction: float = 0.0
+    # An export that selects nothing is an error (a filter typo, not a dataset) unless asked.
+    allow_empty: bool = False
     kind: str = "sft"
 
     def __post_init__(self) -> None:
@@ -206,9 +211,21 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
         qs = qs.filter(flagged=False)
     if filters.exclude_errors:
         qs = qs.filter(error="", error_kind="")
+    if not filters.include_text_fallback:
+        qs = qs.filter(text_fallback=False)
     if grouping_on(filters):
         qs = qs.filter(episode_id__in=kept_episodes(filters).values("id"))
     return qs
+
+
+def check_combination(filters: DatasetFilters, options: ExportOptions) -> None:
+    """Options that are valid alone but not together."""
+    if filters.include_text_fallback and options.format == "openai":
+        # The openai format has no metadata: the inferred tool call could not be marked.
+        raise FilterError(
+            "include-text-fallback: the openai format has no metadata to mark text-fallback "
+            "turns; use the studio format or leave them out"
+        )
 
 
 def check_references(filters: DatasetFilters) -> None:

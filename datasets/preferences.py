@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets.exporting import (
+    ExportEmpty,
     ExportResult,
     FileResult,
     _EpisodeContexts,
@@ -301,6 +302,8 @@ def export_preference_files(
             episodes[split].update((pair.chosen.episode_id, pair.rejected.episode_id))
             if progress is not None:
                 progress(done)
+        if not result.train.rows and not options.allow_empty:
+            raise ExportEmpty(val_rows=result.val.rows if result.val else 0)
         for sink in sinks.values():
             sink.commit()
     except BaseException:

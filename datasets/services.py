@@ -18,7 +18,13 @@ from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.text import slugify
 
-from datasets.exporting import ExportRefused, ExportResult, export_count, export_files
+from datasets.exporting import (
+    ExportEmpty,
+    ExportRefused,
+    ExportResult,
+    export_count,
+    export_files,
+)
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.hf_export import HFResult, write_hf_dataset, zip_directory
 from datasets.models import Dataset, DatasetVersion
@@ -219,6 +225,9 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
                 _store(val_path, val_name)
             sources = {"train": path, **({"val": val_path} if result.val is not None else {})}
             hf = _version_hf(version=version, filters=filters, options=options, sources=sources)
+    except ExportEmpty as exc:
+        _version_fail(mine, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
+        return "failed"
     except ExportRefused as exc:
         lines = exc.lines()
         shown = lines[:MAX_ERROR_LINES]
@@ -229,7 +238,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         logger.exception("dataset version %s export failed", version_id)
         _version_fail(mine, f"{type(exc).__name__}: {exc}")
         return "failed"
-    split: dict = {"val_fraction": options.val_fraction}
+    split: dict = {"val_fraction": options.val_fraction, "warnings": result.warnings()}
     if result.val is not None:
         split["val"] = {
             "file": val_name,

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from datasets.command_options import add_filter_arguments, filters_from_options
+from datasets.exporting import ExportEmpty
 from datasets.hf_export import HFExportError
 from datasets.services import hf_export
 from studio.commands import StudioCommand, progress_bar, usage_error
@@ -47,6 +48,8 @@ class Command(StudioCommand):
                     tool_calls_as_text=options["tool_calls_as_text"],
                     progress=lambda done: bar.update(done - bar.n),
                 )
+        except ExportEmpty as exc:
+            raise CommandError(f"{exc}; nothing written", returncode=1) from exc
         except HFExportError as exc:
             raise CommandError(f"export: {exc}; nothing written", returncode=1) from exc
         self.stdout.write(json.dumps(result.summary()))

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from datasets.command_options import add_filter_arguments, filters_from_options
-from datasets.exporting import ExportRefused, export_count
+from datasets.exporting import ExportEmpty, ExportRefused, export_count
 from datasets.services import rows_export
 from studio.commands import StudioCommand, progress_bar, usage_error
 
@@ -17,7 +17,8 @@ from studio.commands import StudioCommand, progress_bar, usage_error
 class Command(StudioCommand):
     help = (
         "Export turns as JSONL rows (messages, tools, metadata); the last line is a JSON "
-        "summary. Exit 2 on bad input, 1 when --format openai refuses the data."
+        "summary. Exit 2 on bad input, 1 when --format openai refuses the data or when "
+        "nothing matches (unless --allow-empty)."
     )
 
     def add_arguments(self, parser) -> None:
@@ -58,6 +59,10 @@ class Command(StudioCommand):
             for line in exc.lines():
                 self.stderr.write(line)
             raise CommandError(f"{exc}; nothing written", returncode=1) from exc
+        except ExportEmpty as exc:
+            raise CommandError(f"{exc}; nothing written", returncode=1) from exc
+        for warning in result.warnings():
+            self.stderr.write(warning)
         summary = result.summary()
         if export_options.format == "openai":
             summary["validation"] = [r.summary() for r in result.reports]
