@@ -6,6 +6,7 @@ does not start at the project (`python -P`, another working directory). It print
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -71,3 +72,14 @@ def read_hf(directory: Path, columns: tuple[str, ...], workdir: Path) -> dict:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def val_fraction_between(batch_id: int, seeds: tuple[int, ...]) -> float:
+    """A validation fraction that sends some of these episodes to each split, from the
+    documented rule (sha256 of "batch:seed", first 8 bytes as a fraction), whatever the id."""
+    fractions = sorted(
+        int.from_bytes(hashlib.sha256(f"{batch_id}:{seed}".encode()).digest()[:8], "big") / 2**64
+        for seed in seeds
+    )
+    middle = len(fractions) // 2
+    return (fractions[middle - 1] + fractions[middle]) / 2

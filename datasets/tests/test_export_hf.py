@@ -13,7 +13,7 @@ from datasets import services
 from datasets.filters import DatasetFilters, ExportOptions
 from datasets.jsonl import episode_split
 from datasets.tests.conftest import record, run
-from datasets.tests.hf_reader import read_hf
+from datasets.tests.hf_reader import read_hf, val_fraction_between
 from rollouts.crafter_env import decode_png
 from rollouts.frame_store import FrameStore
 from rollouts.models import Turn
@@ -43,10 +43,11 @@ def files_of(directory: Path) -> dict[str, bytes]:
 
 def test_it_loads_offline_with_images_equal_to_the_stored_frames(tmp_path):
     batch = record(seeds=(1, 2, 3, 4, 5, 6), steps=6)
+    fraction = val_fraction_between(batch.id, (1, 2, 3, 4, 5, 6))
     output = tmp_path / "hf"
     result = services.hf_export(
         filters=DatasetFilters(batches=(batch.id,)),
-        options=ExportOptions(history_frames=1, val_fraction=0.5),
+        options=ExportOptions(history_frames=1, val_fraction=fraction),
         output=output,
         shard_bytes=4000,  # several shards per split: they must load as one
     )
@@ -82,7 +83,7 @@ def test_it_loads_offline_with_images_equal_to_the_stored_frames(tmp_path):
             assert call["function"]["name"] == "interact_many"
             assert json.loads(row["tools"])[0]["function"]["name"] == "interact_many"
             want = "validation" if split == "validation" else "train"
-            got = episode_split(batch_id=row["batch_id"], seed=row["seed"], val_fraction=0.5)
+            got = episode_split(batch_id=row["batch_id"], seed=row["seed"], val_fraction=fraction)
             assert {"val": "validation"}.get(got, got) == want
     assert total == 36 == result.summary()["rows"]
     assert not seen_episodes["train"] & seen_episodes["validation"]
@@ -94,11 +95,12 @@ def test_it_loads_offline_with_images_equal_to_the_stored_frames(tmp_path):
 
 def test_the_command_exports_the_same_data_to_the_same_bytes(tmp_path):
     batch = record(seeds=(3, 4), steps=5)
+    fraction = val_fraction_between(batch.id, (3, 4))
     outputs = []
     for name in ("one", "two"):
         out = run(
             "export_hf", "--output", str(tmp_path / name), "--batch", str(batch.id),
-            "--val-fraction", "0.5",
+            "--val-fraction", repr(fraction),
         )  # fmt: skip
         assert out.code == 0, out.stderr
         outputs.append(out.summary)

@@ -13,7 +13,7 @@ from datasets import services
 from datasets.filters import DatasetFilters, ExportOptions
 from datasets.models import DatasetVersion
 from datasets.tests.conftest import read_rows, record
-from datasets.tests.hf_reader import read_hf
+from datasets.tests.hf_reader import read_hf, val_fraction_between
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +24,9 @@ def test_a_version_downloads_for_trl_as_the_same_rows(viewer_client, tmp_path, r
     dataset = services.dataset_create(
         name="For TRL",
         filters=DatasetFilters(batches=(batch.id,)),
-        options=ExportOptions(val_fraction=0.5, format=row_format),
+        options=ExportOptions(
+            val_fraction=val_fraction_between(batch.id, (1, 2, 3, 4)), format=row_format
+        ),
     )
     version = services.dataset_version_create(dataset=dataset, enqueue=False)
     services.dataset_version_export(version_id=version.id)
