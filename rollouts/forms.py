@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.conf import settings as django_settings
 
 from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.model_endpoints import endpoint_settings
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     POLICIES,
@@ -17,6 +17,8 @@ from rollouts.rollout_settings import (
 )
 from rollouts.selectors_review import TurnFilters
 from rollouts.services_review import NOTE_MAX_LENGTH
+from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
+from studio.models import Endpoint
 
 # RolloutSettings names options the way the command line does; errors go on the form field.
 _SETTINGS_FIELD = {
@@ -37,28 +39,53 @@ class BatchCreateForm(forms.Form):
     model = forms.CharField(
         max_length=200, required=False, help_text="Model name for the openai policy."
     )
-    base_url = forms.URLField(
-        max_length=500,
+    # A choice among the endpoints an admin named, never a URL: the server's keys go only to
+    # their own endpoint's URL, so no user can point them at a listener of their own.
+    endpoint = forms.ModelChoiceField(
+        queryset=Endpoint.objects.none(),
+        to_field_name="name",
         required=False,
-        label="Endpoint",
-        assume_scheme="https",
-        help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL. Keys never go here.",
+        empty_label="(none)",
+        help_text="Model endpoint for the openai policy; an admin adds them under /admin/.",
     )
     seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12")
     steps = forms.IntegerField(initial=256, min_value=1)
     image_size = forms.IntegerField(initial=64, min_value=1, label="Image size (px)")
     history_frames = forms.IntegerField(initial=0, min_value=0, label="History frames")
-    concurrency = forms.IntegerField(initial=4, min_value=1)
+    concurrency = forms.IntegerField(
+        required=False, min_value=1, help_text="Empty: the endpoint's default."
+    )
     actions = forms.CharField(
         required=False,
         initial=" ".join(DEFAULT_SCRIPT),
         help_text="Scripted policy: action names separated by spaces, cycled.",
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["endpoint"]
+        field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
+        default = field.queryset.filter(name="default").first()
+        if default is not None:
+            field.initial = default.name
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.errors:
             return data
+        endpoint: Endpoint | None = data.get("endpoint")
+        defaults: dict[str, Any] = {}
+        if data["policy"] == "openai":
+            if endpoint is None:
+                self.add_error("endpoint", "endpoint: the openai policy needs an endpoint")
+            else:
+                try:
+                    endpoint_check_model(endpoint=endpoint, model=data.get("model", "").strip())
+                except EndpointError as exc:
+                    self.add_error("model", str(exc))
+                    return data
+                defaults = endpoint_settings(endpoint)
+        concurrency = data.get("concurrency") or defaults.get("concurrency", 4)
         try:
             seeds = tuple(parse_seeds(data["seeds"]))
             actions = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
@@ -66,13 +93,14 @@ class BatchCreateForm(forms.Form):
                 policy=data["policy"],
                 name=data.get("name", ""),
                 model=data.get("model", "").strip(),
-                base_url=(data.get("base_url") or "").strip()
-                or (django_settings.OPENAI_BASE_URL if data["policy"] == "openai" else ""),
+                endpoint=defaults.get("endpoint", ""),
+                base_url=defaults.get("base_url", ""),
+                requests_per_minute=defaults.get("requests_per_minute", 0),
                 seeds=seeds,
                 steps=data["steps"],
                 image_size=data["image_size"],
                 history_frames=data["history_frames"],
-                concurrency=data["concurrency"],
+                concurrency=concurrency,
                 actions=actions,
             )
         except SettingsError as exc:

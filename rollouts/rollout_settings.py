@@ -15,6 +15,10 @@ OBSERVATION_MODES = ("image_text", "image", "text")
 IMAGE_DETAILS = ("auto", "low", "high")
 ON_BAD_OUTPUT = ("noop", "end")
 MAX_SEEDS = 10_000
+# Tried with crafter 1.8.3: at 17 px and less every reset() raises "height and width must be
+# > 0" (a cell of the 9x9 grid is then too small for its item textures); 18 to 1024 render.
+MIN_IMAGE_SIZE = 18
+MAX_IMAGE_SIZE = 1024
 _SEED_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -52,6 +56,9 @@ class RolloutSettings:
     name: str = ""
     # openai policy
     model: str = ""
+    # An admin-named endpoint (`studio.models.Endpoint`) and its base URL when the batch was
+    # created; without a name, a URL given on the command line.
+    endpoint: str = ""
     base_url: str = ""
     history_frames: int = 0
     concurrency: int = 4
@@ -77,8 +84,11 @@ class RolloutSettings:
             raise SettingsError("seeds: each seed must be between 0 and 2147483646")
         if not 1 <= self.steps <= 10_000:
             raise SettingsError(f"steps: {self.steps} is not between 1 and 10000")
-        if not 9 <= self.image_size <= 1024:
-            raise SettingsError(f"image-size: {self.image_size} is not between 9 and 1024")
+        if not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
+            raise SettingsError(
+                f"image-size: {self.image_size} is not between {MIN_IMAGE_SIZE} and "
+                f"{MAX_IMAGE_SIZE} (crafter draws nothing below {MIN_IMAGE_SIZE} px)"
+            )
         if not self.actions:
             raise SettingsError("actions: at least one action is needed")
         unknown = [a for a in self.actions if a not in ACTIONS]

@@ -213,3 +213,8 @@ STUDIO_OPENAI_MAX_RETRY_AFTER = env.float("STUDIO_OPENAI_MAX_RETRY_AFTER", defau
 STUDIO_OPENAI_CONNECT_ATTEMPTS = env.int("STUDIO_OPENAI_CONNECT_ATTEMPTS", default=3)
 # Turns in a row whose call failed after all retries before the endpoint is declared down.
 STUDIO_OPENAI_MAX_FAILED_TURNS = env.int("STUDIO_OPENAI_MAX_FAILED_TURNS", default=5)
+# A model answer's text, reasoning and each tool call's arguments are stored up to this many
+# bytes each; a longer one is cut, the cut recorded on the turn, and the turn is bad output.
+STUDIO_MAX_ANSWER_BYTES = env.int("STUDIO_MAX_ANSWER_BYTES", default=64 * 1024)
+# A model server's whole HTTP body (answers and errors) is read up to this many bytes.
+STUDIO_MAX_RESPONSE_BYTES = env.int("STUDIO_MAX_RESPONSE_BYTES", default=4 * 1024 * 1024)
