@@ -25,7 +25,13 @@ from rollouts.rollout_settings import (
     parse_seeds,
 )
 from studio.commands import StudioCommand, progress_bar, usage_error
-from studio.endpoints import EndpointError, endpoint_check_model, endpoint_get, endpoints_enabled
+from studio.endpoints import (
+    EndpointError,
+    endpoint_check_model,
+    endpoint_get,
+    endpoints_enabled,
+    endpoints_seed_defaults,
+)
 from studio.models import Endpoint
 
 
@@ -136,6 +142,8 @@ class Command(StudioCommand):
             elif base_url:
                 endpoint = chat_endpoint_with_url(base_url)
             else:
+                # What OPENAI_BASE_URL / OPENAI_API_KEY describe, as `migrate` seeds it.
+                endpoints_seed_defaults()
                 endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name="default").first()
             if endpoint is not None:
                 endpoint_check_model(endpoint=endpoint, model=options["model"])
