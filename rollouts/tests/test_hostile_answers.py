@@ -126,6 +126,16 @@ HOSTILE = [
     ("an answer over the body cap", replies.huge(200 * 1024 * 1024), "answer_too_large"),
     ("a gzip bomb", replies.huge(200 * 1024 * 1024, gzip=True), "answer_too_large"),
     (
+        "an encoding not asked for",
+        with_fields(replies.raw(b"{}"), headers={"Content-Encoding": "br"}),
+        "invalid_response",
+    ),
+    (
+        "a corrupt gzip body",
+        with_fields(replies.raw(b"not gzip at all"), headers={"Content-Encoding": "gzip"}),
+        "invalid_response",
+    ),
+    (
         "an error body over the body cap",
         replies.raw(b'{"error": {"message": "' + b"x" * 3_000_000 + b'"}}', status=500),
         "answer_too_large",

@@ -19,8 +19,8 @@ from rollouts.policies.openai.messages import build_messages
 from rollouts.policies.openai.transport import (
     ACCEPT_ENCODING,
     AnswerTooLarge,
-    BoundedTransport,
     UnreadableAnswer,
+    bounded_http_client,
 )
 from rollouts.rate_limit import limiter_for
 from rollouts.rollout_settings import RolloutSettings
@@ -85,11 +85,7 @@ def shared_client(
                 max_retries=0,
                 timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
                 default_headers={"Accept-Encoding": ACCEPT_ENCODING},
-                http_client=openai.DefaultHttpxClient(
-                    transport=BoundedTransport(max_bytes=max_response_bytes, timeout=timeout),
-                    # The key goes to the endpoint's URL, never on to where it redirects.
-                    follow_redirects=False,
-                ),
+                http_client=bounded_http_client(max_bytes=max_response_bytes, timeout=timeout),
             )
             _clients[key] = client
         return client

@@ -2,7 +2,8 @@
 
 A model server is outside our control. The client library reads a whole body into memory,
 error bodies included, and decompresses it as it likes: a 200 MB answer took a worker to
-1.45 GB. Here every body is read through a stream that stops at `max_bytes` of decoded
+1.45 GB. Here (a response hook of the library's own HTTP client, so proxies are covered too)
+every body is read through a stream that stops at `max_bytes` of decoded
 content (gzip and deflate are decoded here, with the same bound, so a small compressed body
 cannot expand without limit) and at a wall-clock deadline (a server dripping one byte a
 second never trips a read timeout).
@@ -15,6 +16,7 @@ import zlib
 from collections.abc import Iterator
 
 import httpx2
+import openai
 
 # What we decode ourselves, so that the decoded size is bounded while it is produced.
 ACCEPT_ENCODING = "gzip, deflate"
@@ -90,36 +92,29 @@ class _BoundedStream(httpx2.SyncByteStream):
         self._inner.close()
 
 
-class BoundedTransport(httpx2.HTTPTransport):
-    """An HTTP transport whose response bodies stop at `max_bytes` and `timeout` seconds."""
+def bounded_http_client(*, max_bytes: int, timeout: float) -> httpx2.Client:
+    """The client library's HTTP client, its bodies bounded whatever transport (or proxy)."""
 
-    def __init__(self, *, max_bytes: int, timeout: float, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.max_bytes = max_bytes
-        self.timeout = timeout
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        started = time.monotonic()
-        response = super().handle_request(request)
+    def bound(response: httpx2.Response) -> None:
+        # Runs on each response before any of its body is read.
         encoding = response.headers.get("content-encoding", "").strip().lower()
         try:
             stream = _BoundedStream(
                 response.stream,
                 status=response.status_code,
                 encoding=encoding,
-                max_bytes=self.max_bytes,
-                deadline=started + self.timeout,
+                max_bytes=max_bytes,
+                deadline=time.monotonic() + timeout,
             )
         except UnreadableAnswer:
             response.close()
             raise
-        headers = httpx2.Headers(response.headers)
         # Decoded here: the client must not decode it a second time.
-        headers.pop("content-encoding", None)
-        headers.pop("content-length", None)
-        return httpx2.Response(
-            status_code=response.status_code,
-            headers=headers,
-            stream=stream,
-            extensions=response.extensions,
-        )
+        response.headers.pop("content-encoding", None)
+        response.stream = stream
+
+    return openai.DefaultHttpxClient(
+        event_hooks={"response": [bound]},
+        # The key goes to the endpoint's URL, never on to where it redirects.
+        follow_redirects=False,
+    )
