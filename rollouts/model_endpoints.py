@@ -4,7 +4,8 @@ A batch started from the browser names an endpoint (`studio.models.Endpoint`); i
 is recorded on the batch, and the worker sends that endpoint's key (read from the variable
 the admin named) to that URL and nowhere else. `rollout --base-url URL` is for operators: a
 URL no endpoint has is played with the command's own `OPENAI_API_KEY` when it plays
-`--inline`, and with no key at all on a worker (fine for vLLM or Ollama).
+`--inline`, and with no key at all on a worker (fine for vLLM or Ollama). A URL an endpoint
+has always goes with that endpoint's key.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class ModelConnection:
 
 def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> ModelConnection:
     if not settings.endpoint:
+        # A batch that names no endpoint (made before endpoints had names, or by code that
+        # passes a URL) still gets the key of the endpoint an admin named for that URL.
+        named = chat_endpoint_with_url(settings.base_url) if settings.base_url else None
+        if named is not None:
+            return ModelConnection(named.base_url, endpoint_api_key(named), repr(named.name))
         return ModelConnection(settings.base_url, cli_api_key, settings.base_url or "(default)")
     name = settings.endpoint
     endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name=name).first()

@@ -270,3 +270,14 @@ def test_it_exits_non_zero_when_a_waited_batch_failed(celery_worker, settings):
         )
     assert e.value.returncode == 1
     assert json.loads(out.getvalue().strip().splitlines()[-1])["status"] == "failed"
+
+
+@pytest.mark.django_db
+def test_it_sends_an_endpoints_key_to_its_url_for_a_batch_without_its_name(
+    chat_server, chat_endpoint, settings
+):
+    # E.g. a batch created before endpoints had names, resumed now.
+    settings.OPENAI_API_KEY = "sk-server-wide-secret-999"
+    batch = record_batch(policy="openai", model="test-vlm", base_url=chat_server.url, steps=1)
+    assert batch.status == RolloutBatch.Status.FINISHED
+    assert chat_server.requests[0].headers["authorization"] == f"Bearer {ENDPOINT_KEY}"
