@@ -281,3 +281,21 @@ def test_it_sends_an_endpoints_key_to_its_url_for_a_batch_without_its_name(
     batch = record_batch(policy="openai", model="test-vlm", base_url=chat_server.url, steps=1)
     assert batch.status == RolloutBatch.Status.FINISHED
     assert chat_server.requests[0].headers["authorization"] == f"Bearer {ENDPOINT_KEY}"
+
+
+@pytest.mark.django_db
+def test_it_follows_no_redirect_away_from_the_endpoint(chat_server, chat_endpoint, listener):
+    from rollouts.tests import openai_server as replies
+
+    redirect = replies.status(307, message="moved")
+    redirect.headers = {"Location": f"{listener.url}/chat/completions"}
+    chat_server.script(replies.tool_call("noop"), redirect)
+    batch = record_batch(
+        policy="openai",
+        model="test-vlm",
+        endpoint=chat_endpoint.name,
+        base_url=chat_endpoint.base_url,
+        steps=2,
+    )
+    assert batch.episodes.get().turns.get(index=1).error_kind == "http_307"
+    assert listener.requests == []
