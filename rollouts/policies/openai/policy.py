@@ -13,6 +13,7 @@ import httpx2
 import openai
 from django.conf import settings as django_settings
 
+from rollouts.model_endpoints import model_connection
 from rollouts.policies.base import Decision, Observation, PolicyUnavailable
 from rollouts.policies.openai.answers import read_answer
 from rollouts.policies.openai.messages import build_messages
@@ -113,8 +114,6 @@ class OpenAIPolicy:
         client: openai.OpenAI | None = None,
         cli_api_key: str = "",
     ) -> None:
-        from rollouts.model_endpoints import model_connection
-
         self.settings = settings
         self.seed = seed
         # The key of the endpoint the batch names, for that endpoint's URL only (or the
