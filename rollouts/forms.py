@@ -10,103 +10,220 @@ from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.model_endpoints import endpoint_settings
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
+    IMAGE_DETAILS,
     POLICIES,
     RolloutSettings,
     SettingsError,
     parse_seeds,
+    seeds_spec,
 )
 from rollouts.selectors_review import TurnFilters
 from rollouts.services_review import NOTE_MAX_LENGTH
 from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
 from studio.models import Endpoint
 
-# RolloutSettings names options the way the command line does; errors go on the form field.
-_SETTINGS_FIELD = {
-    "policy": "policy",
-    "seeds": "seeds",
-    "steps": "steps",
-    "image-size": "image_size",
-    "actions": "actions",
-    "history-frames": "history_frames",
-    "concurrency": "concurrency",
-    "model": "model",
-}
+_DEFAULTS = RolloutSettings.unchecked(policy="scripted")
+OPENAI_ONLY = "openai"
+
+
+def _only_for(field: forms.Field, policies: str) -> forms.Field:
+    """The field applies to these policies only (space-separated); the page hides it else."""
+    field.policies = policies  # type: ignore[attr-defined]
+    # Hidden and not sent for other policies: the settings' default applies then.
+    field.required = False
+    return field
+
+
+def _page_message(message: str) -> str:
+    """RolloutSettings words its problems for the command line; the page names no flags."""
+    message = message.replace("needs --model", "needs a model name")
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
 class BatchCreateForm(forms.Form):
+    """Every option of RolloutSettings; defaults come from it, so they cannot differ."""
+
     name = forms.CharField(max_length=200, required=False)
-    policy = forms.ChoiceField(choices=[(p, p) for p in POLICIES], initial="scripted")
-    model = forms.CharField(
-        max_length=200, required=False, help_text="Model name for the openai policy."
+    policy = forms.ChoiceField(
+        choices=[(p, p) for p in POLICIES],
+        initial="scripted",
+        help_text="scripted cycles a list of actions; random picks uniformly; openai asks a model.",
+    )
+    model = _only_for(
+        forms.CharField(max_length=200, required=False, help_text="Model name, e.g. gpt-4o-mini."),
+        OPENAI_ONLY,
     )
     # A choice among the endpoints an admin named, never a URL: the server's keys go only to
     # their own endpoint's URL, so no user can point them at a listener of their own.
-    endpoint = forms.ModelChoiceField(
-        queryset=Endpoint.objects.none(),
-        to_field_name="name",
-        required=False,
-        empty_label="(none)",
-        help_text="Model endpoint for the openai policy; an admin adds them under /admin/.",
+    endpoint = _only_for(
+        forms.ModelChoiceField(
+            queryset=Endpoint.objects.none(),
+            to_field_name="name",
+            empty_label="(choose)",
+            help_text="Model servers an admin named (under /admin/); no URL is typed here.",
+        ),
+        OPENAI_ONLY,
     )
-    seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12")
-    steps = forms.IntegerField(initial=256, min_value=1)
-    image_size = forms.IntegerField(initial=64, min_value=1, label="Image size (px)")
-    history_frames = forms.IntegerField(initial=0, min_value=0, label="History frames")
-    concurrency = forms.IntegerField(
-        required=False, min_value=1, help_text="Empty: the endpoint's default."
+    seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12; one episode each.")
+    steps = forms.IntegerField(
+        initial=_DEFAULTS.steps, min_value=1, help_text="Step limit of each episode."
     )
-    actions = forms.CharField(
-        required=False,
-        initial=" ".join(DEFAULT_SCRIPT),
-        help_text="Scripted policy: action names separated by spaces, cycled.",
+    image_size = forms.IntegerField(
+        initial=_DEFAULTS.image_size, min_value=1, label="Image size (px)"
     )
+    actions = _only_for(
+        forms.CharField(
+            required=False,
+            initial=" ".join(DEFAULT_SCRIPT),
+            help_text="Action names separated by spaces, cycled.",
+        ),
+        "scripted",
+    )
+    observation_mode = _only_for(
+        forms.ChoiceField(
+            choices=[
+                ("image_text", "image and text"),
+                ("image", "image only"),
+                ("text", "text only"),
+            ],
+            initial=_DEFAULTS.observation_mode,
+            label="Observation",
+            help_text="What the model is shown each turn.",
+        ),
+        OPENAI_ONLY,
+    )
+    history_frames = _only_for(
+        forms.IntegerField(
+            initial=_DEFAULTS.history_frames,
+            min_value=0,
+            label="History frames",
+            help_text="Also show the last K turns' frames (0-9).",
+        ),
+        OPENAI_ONLY,
+    )
+    image_detail = _only_for(
+        forms.ChoiceField(
+            choices=[(d, d) for d in IMAGE_DETAILS],
+            initial=_DEFAULTS.image_detail,
+            help_text="low costs 85 tokens an image.",
+        ),
+        OPENAI_ONLY,
+    )
+    temperature = _only_for(
+        forms.FloatField(initial=_DEFAULTS.temperature, help_text="0 to 2."), OPENAI_ONLY
+    )
+    max_tokens = _only_for(
+        forms.IntegerField(initial=_DEFAULTS.max_tokens, label="Max tokens"), OPENAI_ONLY
+    )
+    on_bad_output = _only_for(
+        forms.ChoiceField(
+            choices=[("noop", "play noop and go on"), ("end", "end the episode")],
+            initial=_DEFAULTS.on_bad_output,
+            label="On bad output",
+            help_text="After a failed call or an unusable answer.",
+        ),
+        OPENAI_ONLY,
+    )
+    max_retries = _only_for(
+        forms.IntegerField(
+            initial=_DEFAULTS.max_retries,
+            label="Retries",
+            help_text="Of a 429, 5xx, timeout or dropped connection (0-20).",
+        ),
+        OPENAI_ONLY,
+    )
+    request_timeout = _only_for(
+        forms.FloatField(
+            initial=_DEFAULTS.request_timeout, label="Request timeout (s)", help_text="Up to 600."
+        ),
+        OPENAI_ONLY,
+    )
+    # Empty: the endpoint's own defaults, set by its admin.
+    concurrency = _only_for(
+        forms.IntegerField(
+            help_text="Most requests in flight to the endpoint, across all workers; "
+            "empty: the endpoint's default.",
+        ),
+        OPENAI_ONLY,
+    )
+    requests_per_minute = _only_for(
+        forms.IntegerField(
+            label="Requests per minute",
+            help_text="Per endpoint, across all workers; 0 = no limit; empty: the endpoint's.",
+        ),
+        OPENAI_ONLY,
+    )
+
+    _SETTINGS_FIELDS = (
+        "model",
+        "steps",
+        "image_size",
+        "observation_mode",
+        "history_frames",
+        "image_detail",
+        "temperature",
+        "max_tokens",
+        "on_bad_output",
+        "max_retries",
+        "request_timeout",
+        "concurrency",
+        "requests_per_minute",
+    )
+
+    @classmethod
+    def initial_from(cls, settings: RolloutSettings) -> dict[str, Any]:
+        """The form filled with a batch's settings ("Run again")."""
+        initial = {name: getattr(settings, name) for name in cls._SETTINGS_FIELDS}
+        initial.update(
+            name=settings.name,
+            policy=settings.policy,
+            endpoint=settings.endpoint,
+            seeds=seeds_spec(settings.seeds),
+            actions=" ".join(settings.actions),
+        )
+        return initial
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["endpoint"]
         field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
-        default = field.queryset.filter(name="default").first()
-        if default is not None:
-            field.initial = default.name
+        if not self.initial.get("endpoint"):
+            default = field.queryset.filter(name="default").first()
+            field.initial = default.name if default is not None else None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if self.errors:
-            return data
-        endpoint: Endpoint | None = data.get("endpoint")
-        defaults: dict[str, Any] = {}
-        if data["policy"] == "openai":
+        values: dict[str, Any] = {"policy": data.get("policy") or "scripted"}
+        if values["policy"] == OPENAI_ONLY:
+            # The endpoint fixes the URL (and so the key) and gives the limits' defaults.
+            endpoint: Endpoint | None = data.get("endpoint")
             if endpoint is None:
-                self.add_error("endpoint", "endpoint: the openai policy needs an endpoint")
+                if "endpoint" not in self.errors:
+                    self.add_error("endpoint", "Choose one of the endpoints an admin named.")
             else:
                 try:
-                    endpoint_check_model(endpoint=endpoint, model=data.get("model", "").strip())
+                    endpoint_check_model(endpoint=endpoint, model=(data.get("model") or "").strip())
                 except EndpointError as exc:
-                    self.add_error("model", str(exc))
-                    return data
-                defaults = endpoint_settings(endpoint)
-        concurrency = data.get("concurrency") or defaults.get("concurrency", 4)
+                    self.add_error("model", _page_message(str(exc).split(": ", 1)[-1]))
+                values.update(endpoint_settings(endpoint))
         try:
-            seeds = tuple(parse_seeds(data["seeds"]))
-            actions = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
-            self.rollout_settings = RolloutSettings(
-                policy=data["policy"],
-                name=data.get("name", ""),
-                model=data.get("model", "").strip(),
-                endpoint=defaults.get("endpoint", ""),
-                base_url=defaults.get("base_url", ""),
-                requests_per_minute=defaults.get("requests_per_minute", 0),
-                seeds=seeds,
-                steps=data["steps"],
-                image_size=data["image_size"],
-                history_frames=data["history_frames"],
-                concurrency=concurrency,
-                actions=actions,
-            )
+            values["seeds"] = tuple(parse_seeds(data.get("seeds") or ""))
         except SettingsError as exc:
-            message = str(exc)
-            key = message.split(":", 1)[0]
-            self.add_error(_SETTINGS_FIELD.get(key), message)
+            if "seeds" not in self.errors:
+                self.add_error("seeds", _page_message(str(exc).split(": ", 1)[-1]))
+        for name in self._SETTINGS_FIELDS:
+            # Not sent (a field of another policy): the settings' default applies.
+            if data.get(name) not in (None, "") and name not in self.errors:
+                values[name] = data[name]
+        values["model"] = (data.get("model") or "").strip()
+        values["name"] = data.get("name", "")
+        values["actions"] = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
+        # Every problem at once, each on its field.
+        for field_name, message in RolloutSettings.unchecked(**values).problems():
+            if field_name in self.fields and field_name not in self.errors:
+                self.add_error(field_name, _page_message(message))
+        if not self.errors:
+            self.rollout_settings = RolloutSettings(**values)
         return data
 
 
@@ -124,6 +241,20 @@ class TurnFilterForm(forms.Form):
         required=False,
         label="Unlocked",
     )
+    policy = forms.ChoiceField(
+        choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported"))], required=False
+    )
+    seed = forms.IntegerField(required=False, min_value=0)
+    reward = forms.ChoiceField(
+        choices=[("any", "any"), ("positive", "> 0"), ("zero", "= 0"), ("negative", "< 0")],
+        required=False,
+    )
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text="Model text, notes and observation text.",
+    )
 
     def filters(self) -> TurnFilters:
         """The validated filters; call after is_valid()."""
@@ -134,6 +265,10 @@ class TurnFilterForm(forms.Form):
             flagged=data.get("flagged") or "any",
             has_error=data.get("has_error") or "any",
             achievement=data.get("achievement") or "",
+            policy=data.get("policy") or "",
+            seed=data.get("seed"),
+            reward=data.get("reward") or "any",
+            search=(data.get("q") or "").strip(),
         )
 
 

@@ -38,10 +38,15 @@ def test_it_sets_up_the_demo_once(monkeypatch, capsys):
         "http://127.0.0.1:11434/v1",
         "",
     )
+    monkeypatch.delenv("DEMO_PASSWORD")
     call_command("demo_setup")
     assert RolloutBatch.objects.count() == 1
+    assert "to set its password: DEMO_PASSWORD=... make demo" in capsys.readouterr().out
+    monkeypatch.setenv("DEMO_PASSWORD", "another-pass-456")
+    call_command("demo_setup")
+    assert "password is now DEMO_PASSWORD" in capsys.readouterr().out
+    assert authenticate(username="demo", password="another-pass-456") is not None
     assert Endpoint.objects.filter(name="local").count() == 1
-    assert "exists already" in capsys.readouterr().out
 
 
 def test_it_requires_login_everywhere_but_the_login_page(client, db):
