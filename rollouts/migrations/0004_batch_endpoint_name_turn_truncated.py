@@ -4,20 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rollouts', '0003_batch_verbose_names'),
+        ("rollouts", "0003_batch_verbose_names"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='rolloutbatch',
-            name='endpoint_name',
-            field=models.CharField(blank=True, help_text='The admin-named endpoint; empty for a CLI URL.', max_length=60),
+            model_name="rolloutbatch",
+            name="endpoint_name",
+            field=models.CharField(
+                blank=True,
+                help_text="The admin-named endpoint; empty for a CLI URL.",
+                max_length=60,
+            ),
         ),
         migrations.AddField(
-            model_name='turn',
-            name='truncated',
+            model_name="turn",
+            name="truncated",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]
