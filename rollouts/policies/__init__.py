@@ -6,7 +6,10 @@ from rollouts.policies.base import Decision, Observation, Policy, policy_seed
 from rollouts.rollout_settings import RolloutSettings
 
 
-def build_policy(settings: RolloutSettings, *, seed: int, sample: int = 0) -> Policy:
+def build_policy(
+    settings: RolloutSettings, *, seed: int, sample: int = 0, cli_api_key: str = ""
+) -> Policy:
+    """`cli_api_key`: the key of a command playing inline, for a URL its operator typed."""
     if settings.policy == "scripted":
         from rollouts.policies.baselines import ScriptedPolicy
 
@@ -18,7 +21,7 @@ def build_policy(settings: RolloutSettings, *, seed: int, sample: int = 0) -> Po
     if settings.policy == "openai":
         from rollouts.policies.openai import OpenAIPolicy
 
-        return OpenAIPolicy(settings, seed=seed, sample=sample)
+        return OpenAIPolicy(settings, seed=seed, sample=sample, cli_api_key=cli_api_key)
     raise ValueError(f"unknown policy {settings.policy!r}")
 
 
