@@ -180,6 +180,8 @@ STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=3
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
 # The largest JSONL file the import page takes (the command reads files of any size).
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
+# The longest line an import reads (images are inline); a longer one is refused mid-read.
+STUDIO_IMPORT_MAX_LINE_BYTES = env.int("STUDIO_IMPORT_MAX_LINE_BYTES", default=64 * 1024 * 1024)
 
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
-from collections.abc import Iterator
+import math
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,18 @@ MAX_ERRORS = 100
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_IMAGES_PER_ROW = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# Export rows nest 9 deep (tools -> function -> parameters -> ... -> enum); a file nesting
+# deeper than this is not rows of ours, and would blow the stack of whatever reads it next.
+MAX_DEPTH = 32
+# Integers as PostgreSQL's bigint holds them; Turn.index is an integer column.
+MAX_INT = 2**63 - 1
+MAX_TURN = 2**31 - 1
+MAX_NAME_CHARS = 200
+MAX_ACHIEVEMENTS = 64
+# What OpenAI's image_url part may hold; anything else would not survive the export.
+IMAGE_URL_KEYS = ("url", "detail")
+IMAGE_DETAILS = ("auto", "low", "high")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ImportFailed(Exception):
@@ -39,6 +54,10 @@ class ImportFailed(Exception):
 
 class _LineError(ValueError):
     pass
+
+
+class LineTooLong(Exception):
+    """A line over the limit, found while reading it; the rest of it was skipped unread."""
 
 
 @dataclass
@@ -59,6 +78,10 @@ class Row:
     tools: list[dict[str, Any]] | None
     current_image: int | None  # index into images of the frame the turn showed
     observation_text: str
+    # sha256 of each image's bytes as sent (an export's PNGs are the stored frames' bytes)
+    image_sha256: list[str] = field(default_factory=list)
+    # (batch_id, episode_id, turn) when the row says it came from this studio
+    origin: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -69,22 +92,59 @@ class Plan:
     tools: list[dict[str, Any]] | None = None
     tools_line: int = 0
     image_size: int | None = None
+    # line -> (batch_id, episode_id, turn, sha256 of the answer text, sha256 of the image)
+    origins: dict[int, tuple[int, int, int, str, str]] = field(default_factory=dict)
+    # lines left out because their turns are already in the studio (skip_existing)
+    skipped: set[int] = field(default_factory=set)
 
 
-def file_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+Progress = Callable[[int], None]  # bytes read so far
+
+
+def file_lines(
+    path: Path, *, max_bytes: int = MAX_LINE_BYTES, progress: Progress | None = None
+) -> Iterator[tuple[int, bytes | LineTooLong]]:
+    """Non-blank lines; one over `max_bytes` is refused while it is read (bounded memory)."""
+    read = 0
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if raw.strip():
+        number = 0
+        while True:
+            raw = fh.readline(max_bytes + 1)
+            if not raw:
+                return
+            number += 1
+            read += len(raw)
+            if len(raw) > max_bytes and not raw.endswith(b"\n"):
+                raw = b""  # let the memory go before skipping the rest of the line
+                while True:
+                    rest = fh.readline(1024 * 1024)
+                    read += len(rest)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                    if progress is not None:
+                        progress(read)
+                yield number, LineTooLong(f"line longer than {max_bytes} bytes")
+            elif raw.strip():
                 yield number, raw
+            if progress is not None:
+                progress(read)
 
 
-def check_file(path: Path) -> Plan:
+def check_file(
+    path: Path,
+    *,
+    skip_existing: bool = False,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    progress: Progress | None = None,
+) -> Plan:
     plan = Plan()
     errors: list[str] = []
     total_errors = 0
-    for number, raw in file_lines(path):
+    for number, raw in file_lines(path, max_bytes=max_line_bytes, progress=progress):
         plan.lines += 1
         try:
+            if isinstance(raw, LineTooLong):
+                raise _LineError(str(raw))
             row = parse_line(number, raw, keep_images=False)
         except _LineError as exc:
             total_errors += 1
@@ -92,6 +152,9 @@ def check_file(path: Path) -> Plan:
                 errors.append(f"line {number}: {exc}")
             continue
         plan.groups.setdefault(row.group, []).append((number, row.turn))
+        if row.origin is not None:
+            image = row.image_sha256[row.current_image] if row.current_image is not None else ""
+            plan.origins[number] = (*row.origin, _text_sha(row.model_text), image)
         if row.model:
             plan.models.add(row.model)
         if row.tools is not None:
@@ -109,16 +172,134 @@ def check_file(path: Path) -> Plan:
         total_errors = 1
     if total_errors:
         raise ImportFailed(errors, total_errors)
+    _check_existing(plan, skip_existing=skip_existing)
     return plan
+
+
+def _text_sha(text: str | None) -> str:
+    return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_existing(plan: Plan, *, skip_existing: bool) -> None:
+    """Refuse (or leave out) rows whose turn is already in the studio.
+
+    A row names its origin in `metadata` (batch_id, episode_id, turn: an export of ours);
+    it is the same turn when that turn exists with the same answer text and, if the row
+    has an image, the same frame bytes. Rows from elsewhere carry no such ids.
+    """
+    from rollouts.models import Turn
+
+    if not plan.origins:
+        return
+    by_episode: dict[int, list[int]] = {}
+    for number, (_, episode_id, _, _, _) in plan.origins.items():
+        by_episode.setdefault(episode_id, []).append(number)
+    existing: dict[tuple[int, int, int], tuple[str, str]] = {}
+    episode_ids = sorted(by_episode)
+    for start in range(0, len(episode_ids), 500):
+        rows = Turn.objects.filter(episode_id__in=episode_ids[start : start + 500]).values_list(
+            "episode__batch_id", "episode_id", "index", "model_text", "frame__sha256"
+        )
+        for batch_id, episode_id, index, text, sha in rows.iterator(chunk_size=2000):
+            existing[(batch_id, episode_id, index)] = (_text_sha(text), sha)
+    duplicates = []
+    for number, (batch_id, episode_id, turn, text_sha, image_sha) in sorted(plan.origins.items()):
+        known = existing.get((batch_id, episode_id, turn))
+        if known is None or known[0] != text_sha or (image_sha and known[1] != image_sha):
+            continue
+        duplicates.append((number, batch_id, episode_id, turn))
+    if not duplicates:
+        return
+    if not skip_existing:
+        errors = [
+            f"line {n}: turn {t} of episode {e} (batch {b}) is already in the studio"
+            for n, b, e, t in duplicates[:MAX_ERRORS]
+        ]
+        errors.append(
+            f"{len(duplicates)} of {plan.lines} lines are turns already in the studio; "
+            "import with --skip-existing (or tick 'Skip turns already here') to leave them out"
+        )
+        raise ImportFailed(errors, len(duplicates))
+    plan.skipped = {n for n, *_ in duplicates}
+    if len(plan.skipped) == plan.lines:
+        raise ImportFailed(
+            [f"all {plan.lines} lines are turns already in the studio; nothing to import"], 1
+        )
+    groups: dict[tuple, list[tuple[int, int | None]]] = {}
+    for group, members in plan.groups.items():
+        kept = [m for m in members if m[0] not in plan.skipped]
+        if kept:
+            groups[group] = kept
+    plan.groups = groups
+
+
+def _refuse_constant(name: str) -> None:
+    raise _LineError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _LineError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    # Checked on the digits first: int() of thousands of digits is slow, and refused anyway.
+    if len(text.lstrip("-")) > 19 or abs(int(text)) > MAX_INT:
+        raise _LineError(
+            f"the integer {text[:40]}{'...' if len(text) > 40 else ''} is out of range"
+        )
+    return int(text)
+
+
+def load_json(raw: bytes) -> Any:
+    """JSON as the exporter can write it back: finite numbers, bounded ints and nesting,
+    strings PostgreSQL stores (no NUL) that are valid Unicode (no lone surrogates)."""
+    try:
+        value = json.loads(
+            raw,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except _LineError:
+        raise
+    except RecursionError:
+        raise _LineError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _LineError(f"not JSON ({exc})") from exc
+    _check_tree(value)
+    return value
+
+
+def _check_tree(value: Any) -> None:
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _LineError(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, str):
+            _check_text(item, where)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(key, f"a key in {where}" if where else "a key")
+                stack.append((child, f"{where}.{key[:40]}" if where else key[:40], depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{n}]", depth + 1) for n, child in enumerate(item))
+
+
+def _check_text(text: str, where: str) -> None:
+    if "\x00" in text:
+        raise _LineError(f"{where or 'the row'} holds a NUL character")
+    if _SURROGATE.search(text):
+        raise _LineError(f"{where or 'the row'} holds a lone surrogate (not valid Unicode)")
 
 
 def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
     if len(raw) > MAX_LINE_BYTES:
         raise _LineError(f"line longer than {MAX_LINE_BYTES} bytes")
-    try:
-        record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _LineError(f"not JSON ({exc})") from exc
+    record = load_json(raw)
     if not isinstance(record, dict):
         raise _LineError("not a JSON object")
     messages = record.get("messages")
@@ -135,9 +316,10 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
 
     images: list[bytes] = []
     image_roles: list[str] = []
+    image_sha256: list[str] = []
     request: list[dict[str, Any]] = []
     for position, message in enumerate(messages, start=1):
-        request.append(_message(position, message, images, image_roles, keep_images))
+        request.append(_message(position, message, images, image_roles, image_sha256, keep_images))
     answer = request.pop()
     if answer.get("role") != "assistant":
         raise _LineError("the last message must be the assistant's answer")
@@ -165,15 +347,26 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
         unlocked = achievements["new_unique"]
         if not isinstance(unlocked, list) or not all(isinstance(a, str) for a in unlocked):
             raise _LineError("metadata.achievements.new_unique must be a list of names")
+    if len(unlocked) > MAX_ACHIEVEMENTS or any(len(a) > MAX_NAME_CHARS for a in unlocked):
+        raise _LineError(
+            f"metadata.achievements.new_unique: at most {MAX_ACHIEVEMENTS} names of at most "
+            f"{MAX_NAME_CHARS} characters"
+        )
     turn = metadata.get("turn")
-    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
-        turn = None
+    if turn is not None and (
+        isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn <= MAX_TURN
+    ):
+        raise _LineError(f"metadata.turn must be a whole number from 0 to {MAX_TURN}")
     flagged = metadata.get("flagged", False)
     if not isinstance(flagged, bool):
         raise _LineError("metadata.flagged must be true or false")
     model = metadata.get("model") or ""
-    if not isinstance(model, str):
-        raise _LineError("metadata.model must be a string")
+    if not isinstance(model, str) or len(model) > MAX_NAME_CHARS:
+        raise _LineError(f"metadata.model must be a string of at most {MAX_NAME_CHARS} characters")
+    origin = None
+    ids = (metadata.get("batch_id"), metadata.get("episode_id"), turn)
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        origin = ids
     return Row(
         line=number,
         group=_group(number, metadata),
@@ -185,10 +378,12 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
         reward=float(reward),
         unlocked=list(unlocked),
         flagged=flagged,
-        model=model[:200],
+        model=model,
         tools=tools,
         current_image=current,
         observation_text=observation,
+        image_sha256=image_sha256,
+        origin=origin,  # type: ignore[arg-type]
     )
 
 
@@ -197,6 +392,7 @@ def _message(
     message: Any,
     images: list[bytes],
     image_roles: list[str],
+    image_sha256: list[str],
     keep_images: bool,
 ) -> dict[str, Any]:
     where = f"message {position}"
@@ -210,7 +406,11 @@ def _message(
     if isinstance(content, list):
         parts = []
         for n, part in enumerate(content, start=1):
-            parts.append(_part(f"{where} part {n}", role, part, images, image_roles, keep_images))
+            parts.append(
+                _part(
+                    f"{where} part {n}", role, part, images, image_roles, image_sha256, keep_images
+                )
+            )
         out["content"] = parts
     elif content is not None and not isinstance(content, str):
         raise _LineError(f"{where}: content must be a string, null or a list of parts")
@@ -229,6 +429,7 @@ def _part(
     part: Any,
     images: list[bytes],
     image_roles: list[str],
+    image_sha256: list[str],
     keep_images: bool,
 ) -> dict[str, Any]:
     if not isinstance(part, dict):
@@ -243,6 +444,14 @@ def _part(
     image_url = part.get("image_url")
     if not isinstance(image_url, dict):
         raise _LineError(f"{where}: 'image_url' must be an object with a 'url'")
+    unknown = sorted(set(image_url) - set(IMAGE_URL_KEYS))
+    if unknown:
+        raise _LineError(
+            f"{where}: image_url holds {', '.join(repr(k[:40]) for k in unknown[:5])}; "
+            f"only {' and '.join(IMAGE_URL_KEYS)} are allowed"
+        )
+    if "detail" in image_url and image_url["detail"] not in IMAGE_DETAILS:
+        raise _LineError(f"{where}: image_url.detail must be one of {', '.join(IMAGE_DETAILS)}")
     if len(images) >= MAX_IMAGES_PER_ROW:
         raise _LineError(f"more than {MAX_IMAGES_PER_ROW} images in one row")
     try:
@@ -256,6 +465,7 @@ def _part(
         raise _LineError(f"{where}: image of {info.width}x{info.height} pixels")
     images.append(data if keep_images else b"")
     image_roles.append(role)
+    image_sha256.append(hashlib.sha256(data).hexdigest())
     extra = {k: v for k, v in image_url.items() if k != "url"}
     return {"type": "image_url", "image_url": {"image": len(images) - 1, **extra}}
 
@@ -321,7 +531,7 @@ def actions_of(tool_calls: list[dict[str, Any]]) -> list[str]:
             continue
         try:
             names = json.loads(function.get("arguments") or "{}").get("actions") or []
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             continue
         actions.extend(a for a in names if isinstance(a, str) and a in ACTIONS)
     return actions

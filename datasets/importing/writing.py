@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,47 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 WRITE_CHUNK = 500
 
 
-def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, Any]:
+Progress = Callable[[int], None]  # lines written so far
+
+
+def write_import(
+    path: Path,
+    plan: Plan,
+    *,
+    name: str,
+    created_by,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """All or nothing: rows in one transaction, and on failure the PNGs this import added
+    are removed again (a frame file another row already uses is never touched)."""
     store = FrameStore()
+    added: list[tuple[str, str]] = []  # (sha256, storage name) of files this import created
+    try:
+        return _write(path, plan, store, added, name=name, created_by=created_by, progress=progress)
+    except BaseException:
+        _remove_unused(store, added)
+        raise
+
+
+def _remove_unused(store: FrameStore, added: list[tuple[str, str]]) -> None:
+    used = set(
+        Frame.objects.filter(sha256__in=[sha for sha, _ in added]).values_list("sha256", flat=True)
+    )
+    for sha256, storage_name in added:
+        if sha256 not in used:
+            store.storage.delete(storage_name)
+
+
+def _write(
+    path: Path,
+    plan: Plan,
+    store: FrameStore,
+    added: list[tuple[str, str]],
+    *,
+    name: str,
+    created_by,
+    progress: Progress | None,
+) -> dict[str, Any]:
     groups = list(plan.groups.items())
     # line -> (episode position, turn index)
     placement: dict[int, tuple[int, int]] = {}
@@ -66,7 +106,11 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
         def frame_for(position: int, data: bytes) -> Frame:
             nonlocal frames_written
             png, width, height = as_png(data)
-            sha256, storage_name = store.put(png)
+            sha256, storage_name = store.stage(png)
+            staged = store.take_staged()
+            if staged and not store.storage.exists(storage_name):
+                added.append((sha256, storage_name))
+                store.write_many(staged)
             known = frames[position]
             frame = known.get(sha256)
             if frame is None:
@@ -91,6 +135,9 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
             pending_turns.clear()
 
         for number, raw in file_lines(path):
+            if number in plan.skipped:
+                continue
+            assert isinstance(raw, bytes), "pass one refused over-long lines"
             row = parse_line(number, raw, keep_images=True)
             position, index = placement[number]
             image_frames = [frame_for(position, data) for data in row.images]
@@ -123,6 +170,8 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
             turns_written += 1
             if len(pending_turns) >= WRITE_CHUNK:
                 flush()
+                if progress is not None:
+                    progress(turns_written)
         flush()
         for episode, total in zip(episodes, totals, strict=True):
             episode.steps = total["steps"]
@@ -148,6 +197,7 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
         "lines": plan.lines,
         "episodes": len(episodes),
         "turns": turns_written,
+        "skipped": len(plan.skipped),
         "frames": frames_written,
         "images": images_seen,
     }

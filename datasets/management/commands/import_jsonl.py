@@ -21,13 +21,20 @@ class Command(StudioCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("path", metavar="PATH")
         parser.add_argument("--name", default="", help="name of the batch and dataset")
+        parser.add_argument(
+            "--skip-existing",
+            action="store_true",
+            help="leave out rows whose turns are already in the studio (default: refuse the file)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["path"])
         if not path.is_file():
             raise usage_error(f"path: {str(path)!r} is not a file")
         try:
-            summary = import_file(path=path, name=options["name"])
+            summary = import_file(
+                path=path, name=options["name"], skip_existing=options["skip_existing"]
+            )
         except ImportFailed as exc:
             for line in exc.errors:
                 self.stderr.write(line)
