@@ -10,7 +10,7 @@ from django.db.models.expressions import RawSQL
 
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
-from datasets.models import Dataset, DatasetVersion
+from datasets.models import Dataset, DatasetImport, DatasetVersion
 from rollouts.models import RolloutBatch, Turn
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
@@ -62,3 +62,7 @@ def filter_choices() -> dict[str, list]:
             set(RolloutBatch.objects.exclude(model="").values_list("model", flat=True))
         ),
     }
+
+
+def imports_recent(*, limit: int = 10) -> QuerySet[DatasetImport]:
+    return DatasetImport.objects.select_related("created_by", "dataset").order_by("-id")[:limit]

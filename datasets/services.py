@@ -19,6 +19,7 @@ from django.utils import timezone
 from datasets.exporting import ExportRefused, export_count, export_files
 from datasets.filters import DatasetFilters, ExportOptions
 from datasets.models import Dataset, DatasetVersion
+from studio import queue
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +83,27 @@ def dataset_version_create(
     return version
 
 
-def dataset_version_enqueue(*, version: DatasetVersion) -> None:
+def dataset_version_enqueue(*, version: DatasetVersion) -> bool:
+    """Send the export; False when the broker is down (the periodic requeue sends it later)."""
     from datasets.tasks import dataset_version_export as task
 
-    task.delay(version.id)
+    if not queue.send(task, version.id):
+        return False
+    DatasetVersion.objects.filter(id=version.id).update(enqueued_at=timezone.now())
+    return True
+
+
+def dataset_versions_requeue() -> int:
+    """Send again versions never sent, long unstarted, or whose worker died mid-export."""
+    from datasets.tasks import dataset_version_export as task
+
+    ids = queue.waiting_ids(DatasetVersion.objects.all(), created_field="created_at")
+    ids += list(
+        DatasetVersion.objects.filter(
+            status=DatasetVersion.Status.RUNNING, heartbeat_at__lt=timezone.now() - STALE_AFTER
+        ).values_list("id", flat=True)
+    )
+    return queue.resend(DatasetVersion, task, ids)
 
 
 def _version_claim(*, version_id: int) -> str | None:
@@ -153,7 +171,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         return "failed"
     except Exception as exc:  # a poison version is set aside with its error, never retried
         logger.exception("dataset version %s export failed", version_id)
-        _version_fail(mine, f"{type(exc).__name__}: {exc}")
+        _version_fail(mine, queue.plain_error(exc))
         return "failed"
     split: dict = {"val_fraction": options.val_fraction}
     if result.val is not None:

@@ -18,6 +18,7 @@ from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder
 from rollouts.rollout_settings import RolloutSettings
+from studio import queue
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,11 @@ def batch_create(
 
 
 def batch_enqueue(*, batch: RolloutBatch) -> int:
-    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play."""
+    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play.
+
+    Returns how many were sent; fewer than asked when the broker is down, and those left
+    are sent by the periodic requeue once it is back (their `enqueued_at` stays empty).
+    """
     from rollouts.tasks import episode_run
 
     ids = list(
@@ -60,9 +65,10 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
         .order_by("seed")
         .values_list("id", flat=True)
     )
-    for episode_id in ids:
-        episode_run.delay(episode_id)
-    return len(ids)
+    if ids:
+        # Re-sent episodes count as never sent until their new message has left.
+        Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
+    return queue.resend(Episode, episode_run, ids)
 
 
 def batch_settings(batch: RolloutBatch) -> RolloutSettings:
@@ -130,7 +136,7 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
         episode_fail(
             episode=episode,
             claim_token=token,
-            error=f"{type(exc).__name__}: {exc}",
+            error=queue.plain_error(exc),
             totals=recorder.totals,
         )
         return "failed"
@@ -214,7 +220,7 @@ def batch_fail(*, batch: RolloutBatch, error: str) -> None:
 
 
 def episodes_requeue_stale() -> int:
-    """Re-send episodes whose worker died (stale heartbeat) or whose message was lost."""
+    """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
     from rollouts.tasks import episode_run as episode_run_task
 
     stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
@@ -223,6 +229,9 @@ def episodes_requeue_stale() -> int:
             "id", flat=True
         )
     )
-    for episode_id in ids:
-        episode_run_task.delay(episode_id)
-    return len(ids)
+    # Pending episodes whose message never left (broker down) or was lost with its data.
+    ids += queue.waiting_ids(
+        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED),
+        created_field="batch__created_at",
+    )
+    return queue.resend(Episode, episode_run_task, ids)

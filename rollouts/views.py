@@ -33,6 +33,7 @@ from rollouts.forms import (
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.scoring import crafter_score
+from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVIEW_PERMISSION = "rollouts.review_turn"
@@ -63,9 +64,16 @@ def batch_create(request: HttpRequest) -> HttpResponse:
     form = BatchCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         batch = services.batch_create(settings=form.rollout_settings, created_by=request.user)
-        messages.success(
-            request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
-        )
+        if selectors.batch_episodes_unsent(batch_id=batch.id):
+            messages.warning(
+                request,
+                f"Batch {batch.id} saved, but {QUEUE_UNREACHABLE}; "
+                "the batch will start when it is back.",
+            )
+        else:
+            messages.success(
+                request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
+            )
         return redirect("rollouts:batch_detail", batch_id=batch.id)
     return render(request, "rollouts/batch_new.html", {"form": form})
 

@@ -37,11 +37,13 @@ def import_file(
     on_checked: Callable[[int], None] | None = None,
     on_planned: Callable[[int], None] | None = None,
     on_written: Callable[[int], None] | None = None,
+    finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Check, then import all or nothing; returns the summary the command prints.
 
     Progress: `on_checked(bytes read)` during the check, `on_planned(lines to write)` once
-    every line passed, then `on_written(lines written)`.
+    every line passed, then `on_written(lines written)`. `finish(summary)` runs in the
+    write transaction (see write_import).
     """
     path = Path(path)
     plan = check_file(
@@ -54,7 +56,12 @@ def import_file(
         on_planned(plan.lines - len(plan.skipped))
     try:
         return write_import(
-            path, plan, name=name or path.name, created_by=created_by, progress=on_written
+            path,
+            plan,
+            name=name or path.name,
+            created_by=created_by,
+            progress=on_written,
+            finish=finish,
         )
     except OSError as exc:
         # The file passed; storage did not (disk full, a path taken). Nothing was kept.

@@ -36,13 +36,27 @@ def write_import(
     name: str,
     created_by,
     progress: Progress | None = None,
+    finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """All or nothing: rows in one transaction, and on failure the PNGs this import added
-    are removed again (a frame file another row already uses is never touched)."""
+    are removed again (a frame file another row already uses is never touched).
+
+    `finish(summary)` runs inside that transaction: what it writes commits with the rows,
+    and what it raises undoes them.
+    """
     store = FrameStore()
     added: list[tuple[str, str]] = []  # (sha256, storage name) of files this import created
     try:
-        return _write(path, plan, store, added, name=name, created_by=created_by, progress=progress)
+        return _write(
+            path,
+            plan,
+            store,
+            added,
+            name=name,
+            created_by=created_by,
+            progress=progress,
+            finish=finish,
+        )
     except BaseException:
         _remove_unused(store, added)
         raise
@@ -66,6 +80,7 @@ def _write(
     name: str,
     created_by,
     progress: Progress | None,
+    finish: Callable[[dict[str, Any]], None] | None,
 ) -> dict[str, Any]:
     groups = list(plan.groups.items())
     # line -> (episode position, turn index)
@@ -191,16 +206,19 @@ def _write(
             export_options=ExportOptions().to_json(),
             created_by=created_by,
         )
-    return {
-        "dataset_id": dataset.id,
-        "batch_id": batch.id,
-        "lines": plan.lines,
-        "episodes": len(episodes),
-        "turns": turns_written,
-        "skipped": len(plan.skipped),
-        "frames": frames_written,
-        "images": images_seen,
-    }
+        summary = {
+            "dataset_id": dataset.id,
+            "batch_id": batch.id,
+            "lines": plan.lines,
+            "episodes": len(episodes),
+            "turns": turns_written,
+            "skipped": len(plan.skipped),
+            "frames": frames_written,
+            "images": images_seen,
+        }
+        if finish is not None:
+            finish(summary)
+    return summary
 
 
 def _refer_frames(message: dict[str, Any], image_frames: list[Frame]) -> dict[str, Any]:

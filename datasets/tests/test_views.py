@@ -6,7 +6,6 @@ import hashlib
 import json
 
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from datasets import services
@@ -133,17 +132,3 @@ def test_it_exports_a_version_and_downloads_the_exact_file(
     assert "attachment" in download["Content-Disposition"]
     page = client.get(reverse("datasets:dataset_versions", args=[dataset.id]))
     assert version.sha256[:8].encode() in page.content and b"every" not in page.content
-
-
-def test_it_imports_an_upload_or_lists_its_errors(editor_client):
-    good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
-    upload = SimpleUploadedFile("rows.jsonl", (json.dumps(good) + "\n").encode())
-    response = editor_client.post(reverse("datasets:dataset_import"), {"file": upload})
-    assert response.status_code == 302
-    dataset = Dataset.objects.get(name="rows.jsonl")
-    assert response["Location"] == reverse("datasets:dataset_detail", args=[dataset.id])
-    bad = SimpleUploadedFile("bad.jsonl", (json.dumps(good) + "\n{broken\n").encode())
-    response = editor_client.post(reverse("datasets:dataset_import"), {"file": bad})
-    assert response.status_code == 400
-    assert b"line 2: not JSON" in response.content
-    assert Dataset.objects.count() == 1

@@ -23,6 +23,7 @@ from rollouts.rollout_settings import (
     parse_seeds,
 )
 from studio.commands import StudioCommand, progress_bar, usage_error
+from studio.queue import QUEUE_UNREACHABLE
 
 
 class Command(StudioCommand):
@@ -91,6 +92,9 @@ class Command(StudioCommand):
                 raise usage_error("--policy is required (scripted, random or openai)")
             settings = self._settings(options)
             batch = services.batch_create(settings=settings, enqueue=not options["inline"])
+        if not options["inline"] and selectors.batch_episodes_unsent(batch_id=batch.id):
+            # Saved, not lost: the periodic requeue sends it once the broker answers again.
+            self.stderr.write(f"{QUEUE_UNREACHABLE}; the batch will start when it is back")
         if options["inline"]:
             self._play_inline(batch)
         elif options["wait"]:
