@@ -30,7 +30,8 @@ def send(task: Any, *args: Any) -> bool:
     try:
         task.apply_async(args=args, retry=True, retry_policy=_RETRY_POLICY)
     except (OperationalError, OSError) as exc:
-        logger.warning("%s: %s not sent (%s)", QUEUE_UNREACHABLE, task.name, plain_error(exc))
+        # Info, not warning: the caller tells the user in one line; the row keeps the state.
+        logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, task.name, plain_error(exc))
         return False
     return True
 
