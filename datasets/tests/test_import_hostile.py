@@ -181,3 +181,50 @@ def test_it_leaves_no_frame_file_behind_when_storage_fails_midway(tmp_path, sett
     assert _counts() == before
     assert not (media / frame_name(shas[first])).exists()
     assert list(media.rglob("*.png")) == []
+
+
+def test_what_passes_the_check_exports_back_as_it_came(tmp_path):
+    """The edge of what is accepted: every accepted value survives the export unchanged."""
+    row = {
+        "messages": [
+            {"role": "system", "content": "s", "name": "rules"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": 'emoji \U0001f600, tab\t, quote " and \\\\'},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": png_url((1, 2, 3)), "detail": "low"},
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c" * 200,
+                        "type": "function",
+                        "function": {"name": "interact_many", "arguments": '{"actions": ["do"]}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+            {"role": "assistant", "content": "deep " + "x" * 10_000},
+        ],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"n": 2**62}}}],
+        "metadata": {"turn": 2**31 - 1, "reward": 1e308, "flagged": True, "model": "m" * 200},
+    }
+    source = tmp_path / "edge.jsonl"
+    source.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    imported = run("import_jsonl", str(source))
+    assert imported.code == 0, imported.stderr
+    out = tmp_path / "out.jsonl"
+    batch_id = str(imported.summary["batch_id"])
+    assert run("export_jsonl", "--output", str(out), "--batch", batch_id).code == 0
+    (exported,) = read_rows(out)
+    assert exported["messages"] == row["messages"]
+    assert exported["tools"] == row["tools"]
+    meta = exported["metadata"]
+    assert (meta["turn"], meta["reward"], meta["flagged"]) == (2**31 - 1, 1e308, True)
+    assert meta["model"] == "m" * 200
