@@ -77,6 +77,8 @@ def dataset_version_create(
             filters=DatasetFilters.from_json(locked.filters).to_json(),
             export_options=ExportOptions.from_json(locked.export_options).to_json(),
             created_by=created_by,
+            # Without enqueue the caller exports it; the periodic requeue leaves it alone.
+            enqueued_at=None if enqueue else timezone.now(),
         )
         if enqueue:
             transaction.on_commit(lambda: dataset_version_enqueue(version=version))

@@ -46,7 +46,12 @@ def batch_create(
             numpy_version=versions["numpy"],
             opensimplex_version=versions["opensimplex"],
         )
-        Episode.objects.bulk_create(Episode(batch=batch, seed=seed) for seed in settings.seeds)
+        # Without enqueue the caller plays them (`--inline`): stamped as handed over, so the
+        # periodic requeue never sends them to workers behind its back.
+        handed = None if enqueue else timezone.now()
+        Episode.objects.bulk_create(
+            Episode(batch=batch, seed=seed, enqueued_at=handed) for seed in settings.seeds
+        )
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch

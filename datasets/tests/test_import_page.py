@@ -155,3 +155,78 @@ def test_it_keeps_texts_of_any_exception_free_of_reprs():
     said = plain_error(caught.value)
     assert said == "UnidentifiedImageError: cannot identify image file the data"
     assert json.dumps(plain_error(ValueError())) == '"ValueError"'
+
+
+def _stored_job(lines: list[str], **fields) -> DatasetImport:
+    """An import as the page leaves it (upload saved, row pending), not yet sent."""
+    from django.core.files.storage import default_storage
+
+    stored = default_storage.save("imports/t.jsonl", _upload("t.jsonl", lines))
+    return DatasetImport.objects.create(
+        upload=stored, original_name="t.jsonl", total_bytes=default_storage.size(stored), **fields
+    )
+
+
+@pytest.mark.django_db
+def test_it_runs_an_import_once_whatever_the_deliveries(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from datasets.services_import import STALE_AFTER, dataset_import_run
+
+    job = _stored_job([good_row("one"), good_row("two")])
+    # A fresh claim held by another worker: this delivery steps back.
+    DatasetImport.objects.filter(id=job.id).update(
+        status="running", claim_token="other", heartbeat_at=timezone.now()
+    )
+    assert dataset_import_run(job_id=job.id) == "busy"
+    # That worker died (its heartbeat went silent): the next delivery takes over.
+    DatasetImport.objects.filter(id=job.id).update(
+        heartbeat_at=timezone.now() - STALE_AFTER - timedelta(seconds=1)
+    )
+    assert dataset_import_run(job_id=job.id) == "done"
+    assert dataset_import_run(job_id=job.id) == "done_already"
+    job.refresh_from_db()
+    assert job.claim_token != "other" and job.summary["turns"] == 2
+    assert job.checked_bytes == job.total_bytes > 0
+    assert Dataset.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_it_removes_the_upload_of_a_failed_import(settings):
+    from datasets.services_import import dataset_import_run
+
+    job = _stored_job(["{broken"])
+    assert (Path(settings.MEDIA_ROOT) / job.upload).exists()
+    assert dataset_import_run(job_id=job.id) == "failed"
+    job.refresh_from_db()
+    assert job.errors == [
+        "line 1: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1))"
+    ]
+    assert not (Path(settings.MEDIA_ROOT) / job.upload).exists()
+
+
+@pytest.mark.django_db
+def test_it_shows_progress_while_an_import_runs(editor_client):
+    job = _stored_job([good_row()], status="running", phase="writing")
+    DatasetImport.objects.filter(id=job.id).update(total_lines=10, written_lines=5)
+    url = reverse("datasets:import_detail", args=[job.id])
+    page = editor_client.get(url)
+    assert b"5 / 10 lines written" in page.content
+    assert b'aria-valuenow="75"' in page.content  # checked: half; written: half of the rest
+    assert f'hx-get="{url}"'.encode() in page.content
+    partial = editor_client.get(url, headers={"HX-Request": "true"})
+    assert partial.content.lstrip().startswith(b'<div id="import-status"')
+
+
+@pytest.mark.django_db
+def test_it_still_checks_csrf_on_the_upload(editor):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(editor)
+    response = client.post(reverse(IMPORT_URL), {"file": _upload("rows.jsonl", [good_row()])})
+    assert response.status_code == 403
+    assert not DatasetImport.objects.exists()

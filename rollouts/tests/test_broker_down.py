@@ -101,3 +101,15 @@ def test_it_requeues_only_what_waits(broker_switch, requeue_at_once):
     from rollouts.services import episodes_requeue_stale as requeue
 
     assert requeue() == 0
+
+
+def test_it_never_sends_an_inline_batch_to_workers(broker_switch, requeue_at_once):
+    """`--inline` plays in its own process: the requeue must not hand its episodes out."""
+    from rollouts import services
+    from rollouts.rollout_settings import RolloutSettings
+
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=(0, 1), steps=3), enqueue=False
+    )
+    assert services.episodes_requeue_stale() == 0
+    assert set(batch.episodes.values_list("status", flat=True)) == {"pending"}
