@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -14,6 +13,10 @@ from typing import Any
 
 from PIL import Image
 
+from datasets.importing.errors import MAX_ERRORS, ImportFailed
+from datasets.importing.errors import LineError as _LineError
+from datasets.importing.existing import check_existing, text_sha
+from datasets.importing.values import load_json
 from datasets.validation import (
     IMAGE_FORMATS,
     MAX_IMAGE_BYTES,
@@ -24,15 +27,9 @@ from datasets.validation import (
 from rollouts.crafter_env import ACTIONS
 from rollouts.tools import TOOL_NAME
 
-MAX_ERRORS = 100
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_IMAGES_PER_ROW = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
-# Export rows nest 9 deep (tools -> function -> parameters -> ... -> enum); a file nesting
-# deeper than this is not rows of ours, and would blow the stack of whatever reads it next.
-MAX_DEPTH = 32
-# Integers as PostgreSQL's bigint holds them; Turn.index is an integer column.
-MAX_INT = 2**63 - 1
 MAX_TURN = 2**31 - 1
 MAX_NAME_CHARS = 200
 MAX_ACHIEVEMENTS = 64
@@ -40,20 +37,6 @@ MAX_ACHIEVEMENTS = 64
 IMAGE_URL_KEYS = ("url", "detail")
 IMAGE_DETAILS = ("auto", "low", "high")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class ImportFailed(Exception):
-    """The file has errors; nothing was imported. `errors` hold 'line N: ...' strings."""
-
-    def __init__(self, errors: list[str], total: int) -> None:
-        self.errors = errors
-        self.total = total
-        more = f" (showing the first {len(errors)})" if total > len(errors) else ""
-        super().__init__(f"{total} error(s) in the file, nothing imported{more}")
-
-
-class _LineError(ValueError):
-    pass
 
 
 class LineTooLong(Exception):
@@ -154,7 +137,7 @@ def check_file(
         plan.groups.setdefault(row.group, []).append((number, row.turn))
         if row.origin is not None:
             image = row.image_sha256[row.current_image] if row.current_image is not None else ""
-            plan.origins[number] = (*row.origin, _text_sha(row.model_text), image)
+            plan.origins[number] = (*row.origin, text_sha(row.model_text), image)
         if row.model:
             plan.models.add(row.model)
         if row.tools is not None:
@@ -172,128 +155,8 @@ def check_file(
         total_errors = 1
     if total_errors:
         raise ImportFailed(errors, total_errors)
-    _check_existing(plan, skip_existing=skip_existing)
+    check_existing(plan, skip_existing=skip_existing)
     return plan
-
-
-def _text_sha(text: str | None) -> str:
-    return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _check_existing(plan: Plan, *, skip_existing: bool) -> None:
-    """Refuse (or leave out) rows whose turn is already in the studio.
-
-    A row names its origin in `metadata` (batch_id, episode_id, turn: an export of ours);
-    it is the same turn when that turn exists with the same answer text and, if the row
-    has an image, the same frame bytes. Rows from elsewhere carry no such ids.
-    """
-    from rollouts.models import Turn
-
-    if not plan.origins:
-        return
-    by_episode: dict[int, list[int]] = {}
-    for number, (_, episode_id, _, _, _) in plan.origins.items():
-        by_episode.setdefault(episode_id, []).append(number)
-    existing: dict[tuple[int, int, int], tuple[str, str]] = {}
-    episode_ids = sorted(by_episode)
-    for start in range(0, len(episode_ids), 500):
-        rows = Turn.objects.filter(episode_id__in=episode_ids[start : start + 500]).values_list(
-            "episode__batch_id", "episode_id", "index", "model_text", "frame__sha256"
-        )
-        for batch_id, episode_id, index, text, sha in rows.iterator(chunk_size=2000):
-            existing[(batch_id, episode_id, index)] = (_text_sha(text), sha)
-    duplicates = []
-    for number, (batch_id, episode_id, turn, text_sha, image_sha) in sorted(plan.origins.items()):
-        known = existing.get((batch_id, episode_id, turn))
-        if known is None or known[0] != text_sha or (image_sha and known[1] != image_sha):
-            continue
-        duplicates.append((number, batch_id, episode_id, turn))
-    if not duplicates:
-        return
-    if not skip_existing:
-        errors = [
-            f"line {n}: turn {t} of episode {e} (batch {b}) is already in the studio"
-            for n, b, e, t in duplicates[:MAX_ERRORS]
-        ]
-        errors.append(
-            f"{len(duplicates)} of {plan.lines} lines are turns already in the studio; "
-            "import with --skip-existing (or tick 'Skip turns already here') to leave them out"
-        )
-        raise ImportFailed(errors, len(duplicates))
-    plan.skipped = {n for n, *_ in duplicates}
-    if len(plan.skipped) == plan.lines:
-        raise ImportFailed(
-            [f"all {plan.lines} lines are turns already in the studio; nothing to import"], 1
-        )
-    groups: dict[tuple, list[tuple[int, int | None]]] = {}
-    for group, members in plan.groups.items():
-        kept = [m for m in members if m[0] not in plan.skipped]
-        if kept:
-            groups[group] = kept
-    plan.groups = groups
-
-
-def _refuse_constant(name: str) -> None:
-    raise _LineError(f"{name} is not a number JSON allows")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _LineError(f"the number {text[:40]} is out of range")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    # Checked on the digits first: int() of thousands of digits is slow, and refused anyway.
-    if len(text.lstrip("-")) > 19 or abs(int(text)) > MAX_INT:
-        raise _LineError(
-            f"the integer {text[:40]}{'...' if len(text) > 40 else ''} is out of range"
-        )
-    return int(text)
-
-
-def load_json(raw: bytes) -> Any:
-    """JSON as the exporter can write it back: finite numbers, bounded ints and nesting,
-    strings PostgreSQL stores (no NUL) that are valid Unicode (no lone surrogates)."""
-    try:
-        value = json.loads(
-            raw,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-            parse_int=_bounded_int,
-        )
-    except _LineError:
-        raise
-    except RecursionError:
-        raise _LineError(f"nested deeper than {MAX_DEPTH} levels") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _LineError(f"not JSON ({exc})") from exc
-    _check_tree(value)
-    return value
-
-
-def _check_tree(value: Any) -> None:
-    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
-    while stack:
-        item, where, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise _LineError(f"nested deeper than {MAX_DEPTH} levels")
-        if isinstance(item, str):
-            _check_text(item, where)
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                _check_text(key, f"a key in {where}" if where else "a key")
-                stack.append((child, f"{where}.{key[:40]}" if where else key[:40], depth + 1))
-        elif isinstance(item, list):
-            stack.extend((child, f"{where}[{n}]", depth + 1) for n, child in enumerate(item))
-
-
-def _check_text(text: str, where: str) -> None:
-    if "\x00" in text:
-        raise _LineError(f"{where or 'the row'} holds a NUL character")
-    if _SURROGATE.search(text):
-        raise _LineError(f"{where or 'the row'} holds a lone surrogate (not valid Unicode)")
 
 
 def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
