@@ -13,6 +13,10 @@ class SizeLimitedUpload(FileUploadHandler):
     past the limit. `request.upload_too_large` tells the view why the file is missing.
     """
 
+    # The parser reads the body in chunks of the smallest handler's size: small chunks stop
+    # the upload soon after the limit, and never wait for bytes far past it.
+    chunk_size = 16 * 1024
+
     def __init__(self, request: HttpRequest, *, limit: int) -> None:
         super().__init__(request)
         self.limit = limit

@@ -192,7 +192,7 @@ def dataset_import(request: HttpRequest) -> HttpResponse:
             declared = 0
         # The multipart envelope around the file is small; allow for it.
         if declared > limit + 64 * 1024:
-            return _import_page(request, _too_large(limit), status=400, close=True)
+            return _import_page(request, _too_large(limit), status=400)
         request.upload_handlers.insert(0, SizeLimitedUpload(request, limit=limit))
     return _dataset_import(request)
 
@@ -204,7 +204,7 @@ def _dataset_import(request: HttpRequest) -> HttpResponse:
         return _import_page(request, form)
     if getattr(request, "upload_too_large", False):
         limit = django_settings.STUDIO_IMPORT_MAX_BYTES
-        return _import_page(request, _too_large(limit), status=400, close=True)
+        return _import_page(request, _too_large(limit), status=400)
     if not form.is_valid():
         return _import_page(request, form, status=400)
     job = services_import.dataset_import_create(
@@ -230,10 +230,8 @@ def _too_large(limit: int) -> ImportForm:
     return form
 
 
-def _import_page(
-    request: HttpRequest, form: ImportForm, *, status: int = 200, close: bool = False
-) -> HttpResponse:
-    response = render(
+def _import_page(request: HttpRequest, form: ImportForm, *, status: int = 200) -> HttpResponse:
+    return render(
         request,
         "datasets/dataset_import.html",
         {
@@ -243,10 +241,6 @@ def _import_page(
         },
         status=status,
     )
-    if close:
-        # The rest of the body was not read: the connection cannot carry another request.
-        response["Connection"] = "close"
-    return response
 
 
 @require_GET
