@@ -77,6 +77,7 @@ class Plan:
     image_size: int | None = None
     # line -> (batch_id, episode_id, turn, sha256 of the answer text, sha256 of the image)
     origins: dict[int, tuple[int, int, int, str, str]] = field(default_factory=dict)
+    sha256: str = ""  # of the whole file: the same file imported twice is refused
     # lines left out because their turns are already in the studio (skip_existing)
     skipped: set[int] = field(default_factory=set)
 
@@ -85,9 +86,17 @@ Progress = Callable[[int], None]  # bytes read so far
 
 
 def file_lines(
-    path: Path, *, max_bytes: int = MAX_LINE_BYTES, progress: Progress | None = None
+    path: Path,
+    *,
+    max_bytes: int = MAX_LINE_BYTES,
+    progress: Progress | None = None,
+    digest: Any = None,
 ) -> Iterator[tuple[int, bytes | LineTooLong]]:
-    """Non-blank lines; one over `max_bytes` is refused while it is read (bounded memory)."""
+    """Non-blank lines; one over `max_bytes` is refused while it is read (bounded memory).
+
+    `digest` (a hashlib object) is fed every byte of the file, skipped ones included.
+    """
+    feed = digest.update if digest is not None else (lambda _: None)
     read = 0
     with open(path, "rb") as fh:
         number = 0
@@ -97,11 +106,13 @@ def file_lines(
                 return
             number += 1
             read += len(raw)
+            feed(raw)
             if len(raw) > max_bytes and not raw.endswith(b"\n"):
                 raw = b""  # let the memory go before skipping the rest of the line
                 while True:
                     rest = fh.readline(1024 * 1024)
                     read += len(rest)
+                    feed(rest)
                     if not rest or rest.endswith(b"\n"):
                         break
                     if progress is not None:
@@ -123,7 +134,8 @@ def check_file(
     plan = Plan()
     errors: list[str] = []
     total_errors = 0
-    for number, raw in file_lines(path, max_bytes=max_line_bytes, progress=progress):
+    digest = hashlib.sha256()
+    for number, raw in file_lines(path, max_bytes=max_line_bytes, progress=progress, digest=digest):
         plan.lines += 1
         try:
             if isinstance(raw, LineTooLong):
@@ -155,6 +167,7 @@ def check_file(
         total_errors = 1
     if total_errors:
         raise ImportFailed(errors, total_errors)
+    plan.sha256 = digest.hexdigest()
     check_existing(plan, skip_existing=skip_existing)
     return plan
 

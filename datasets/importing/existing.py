@@ -22,8 +22,25 @@ def check_existing(plan: Plan, *, skip_existing: bool) -> None:
     it is the same turn when that turn exists with the same answer text and, if the row
     has an image, the same frame bytes. Rows from elsewhere carry no such ids.
     """
-    from rollouts.models import Turn
+    from rollouts.models import RolloutBatch, Turn
 
+    earlier = (
+        RolloutBatch.objects.filter(
+            policy=RolloutBatch.Policy.IMPORTED, settings__imported_sha256=plan.sha256
+        )
+        .values_list("id", flat=True)
+        .first()
+    )
+    if earlier is not None:
+        # The same bytes again, whatever their format (rows from elsewhere carry no ids).
+        if skip_existing:
+            message = f"all {plan.lines} lines are turns already in the studio; nothing to import"
+        else:
+            message = (
+                f"this file was imported already (batch {earlier}); import with "
+                "--skip-existing (or tick 'Skip turns already here') to leave known turns out"
+            )
+        raise ImportFailed([message], 1)
     if not plan.origins:
         return
     by_episode: dict[int, list[int]] = {}

@@ -90,7 +90,11 @@ def _write(
         distinct = all(t is not None for t in turns) and len(set(turns)) == len(turns)
         for order, (line, turn) in enumerate(members):
             placement[line] = (position, turn if distinct else order)
-    settings: dict[str, Any] = {"imported_from": path.name, "lines": plan.lines}
+    settings: dict[str, Any] = {
+        "imported_from": path.name,
+        "imported_sha256": plan.sha256,
+        "lines": plan.lines,
+    }
     if plan.tools is not None and plan.tools != DEFAULT_TOOLS:
         settings["tools"] = plan.tools
     model = next(iter(plan.models)) if len(plan.models) == 1 else ""

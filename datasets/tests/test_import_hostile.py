@@ -228,3 +228,21 @@ def test_what_passes_the_check_exports_back_as_it_came(tmp_path):
     meta = exported["metadata"]
     assert (meta["turn"], meta["reward"], meta["flagged"]) == (2**31 - 1, 1e308, True)
     assert meta["model"] == "m" * 200
+
+
+def test_it_refuses_the_same_file_twice_whatever_its_format(tmp_path):
+    """Rows from elsewhere carry no ids of ours: the file itself is recognised."""
+    path = tmp_path / "chat.jsonl"
+    path.write_text(good_row("one") + "\n" + good_row("two") + "\n", encoding="utf-8")
+    first = run("import_jsonl", str(path))
+    assert first.code == 0, first.stderr
+    before = _counts()
+    again = run("import_jsonl", str(path))
+    assert again.code == 1
+    assert again.stderr.splitlines()[0] == (
+        f"this file was imported already (batch {first.summary['batch_id']}); import with "
+        "--skip-existing (or tick 'Skip turns already here') to leave known turns out"
+    )
+    skipped = run("import_jsonl", str(path), "--skip-existing")
+    assert skipped.code == 1 and "all 2 lines are turns already in the studio" in skipped.stderr
+    assert _counts() == before
