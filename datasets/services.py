@@ -20,6 +20,7 @@ from datasets.exporting import ExportRefused, export_count, export_files
 from datasets.filters import DatasetFilters, ExportOptions
 from datasets.models import Dataset, DatasetVersion
 from studio import queue
+from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         return "failed"
     except Exception as exc:  # a poison version is set aside with its error, never retried
         logger.exception("dataset version %s export failed", version_id)
-        _version_fail(mine, queue.plain_error(exc))
+        _version_fail(mine, plain_error(exc))
         return "failed"
     split: dict = {"val_fraction": options.val_fraction}
     if result.val is not None:

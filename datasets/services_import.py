@@ -30,6 +30,7 @@ from django.utils import timezone
 from datasets.importing import ImportFailed, import_file
 from datasets.models import DatasetImport
 from studio import queue
+from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def dataset_import_run(*, job_id: int) -> ImportOutcome:
         return "failed"
     except Exception as exc:  # a poison import is set aside with its error, never retried
         logger.exception("import %s failed", job_id)
-        _fail(mine, upload=job.upload, error=queue.plain_error(exc), errors=[])
+        _fail(mine, upload=job.upload, error=plain_error(exc), errors=[])
         return "failed"
     _remove_upload(job.upload)
     return "done"

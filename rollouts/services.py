@@ -19,6 +19,7 @@ from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder
 from rollouts.rollout_settings import RolloutSettings
 from studio import queue
+from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
         episode_fail(
             episode=episode,
             claim_token=token,
-            error=queue.plain_error(exc),
+            error=plain_error(exc),
             totals=recorder.totals,
         )
         return "failed"
