@@ -132,7 +132,8 @@ def dataset_import_run(*, job_id: int) -> ImportOutcome:
         with _local_copy(job.upload) as path:
             import_file(
                 path=path,
-                name=job.name or job.original_name or f"import {job.id}",
+                name=job.name,
+                source_name=job.original_name or f"import {job.id}",
                 created_by=job.created_by,
                 skip_existing=job.skip_existing,
                 on_checked=reporter.checked,

@@ -112,10 +112,17 @@ def dataset_counts(request: HttpRequest) -> HttpResponse:
     """Live counts for the filter form as it is being edited (htmx)."""
     form = DatasetForm(request.GET)
     context: dict = {}
-    if form.is_valid():
+    if form.is_valid() or form.has_filters:
+        # Counts stay in view when only saving would be refused (e.g. too few OpenAI rows).
         context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
-    else:
-        context["errors"] = [e for errors in form.errors.values() for e in errors]
+    if not form.is_valid():
+        # A missing name is for the save button to say, not the counts.
+        context["errors"] = [
+            e
+            for name, errors in form.errors.items()
+            if name not in ("name", "description")
+            for e in errors
+        ]
     return render(request, "datasets/partials/counts.html", context)
 
 
@@ -145,8 +152,7 @@ def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
             f"Version {version.number} saved, but {QUEUE_UNREACHABLE}; "
             "the export will start when it is back.",
         )
-    else:
-        messages.success(request, f"Version {version.number} is being exported.")
+    # Else no flash message: the versions table says "exporting" while it is, and stops.
     return redirect("datasets:dataset_detail", dataset_id=dataset.id)
 
 

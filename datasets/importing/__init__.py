@@ -32,6 +32,7 @@ def import_file(
     *,
     path: str | Path,
     name: str = "",
+    source_name: str = "",
     created_by=None,
     skip_existing: bool = False,
     on_checked: Callable[[int], None] | None = None,
@@ -40,6 +41,9 @@ def import_file(
     finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Check, then import all or nothing; returns the summary the command prints.
+
+    `source_name` is the file's name as the user knows it (an upload is read from where it
+    was stored): the dataset is named after it unless `name` is given.
 
     Progress: `on_checked(bytes read)` during the check, `on_planned(lines to write)` once
     every line passed, then `on_written(lines written)`. `finish(summary)` runs in the
@@ -54,11 +58,13 @@ def import_file(
     )
     if on_planned is not None:
         on_planned(plan.lines - len(plan.skipped))
+    source = source_name or path.name
     try:
         return write_import(
             path,
             plan,
-            name=name or path.name,
+            name=name or source,
+            source_name=source,
             created_by=created_by,
             progress=on_written,
             finish=finish,

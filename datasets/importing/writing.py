@@ -34,6 +34,7 @@ def write_import(
     plan: Plan,
     *,
     name: str,
+    source_name: str,
     created_by,
     progress: Progress | None = None,
     finish: Callable[[dict[str, Any]], None] | None = None,
@@ -53,6 +54,7 @@ def write_import(
             store,
             added,
             name=name,
+            source_name=source_name,
             created_by=created_by,
             progress=progress,
             finish=finish,
@@ -78,6 +80,7 @@ def _write(
     added: list[tuple[str, str]],
     *,
     name: str,
+    source_name: str,
     created_by,
     progress: Progress | None,
     finish: Callable[[dict[str, Any]], None] | None,
@@ -91,7 +94,7 @@ def _write(
         for order, (line, turn) in enumerate(members):
             placement[line] = (position, turn if distinct else order)
     settings: dict[str, Any] = {
-        "imported_from": path.name,
+        "imported_from": source_name,
         "imported_sha256": plan.sha256,
         "lines": plan.lines,
     }
@@ -118,7 +121,9 @@ def _write(
             for position in range(len(groups))
         )
         frames: list[dict[str, Frame]] = [{} for _ in episodes]
-        totals = [{"steps": 0, "reward": 0.0, "achievements": {}} for _ in episodes]
+        totals = [
+            {"steps": 0, "reward": 0.0, "achievements": {}, "tool_calls": 0} for _ in episodes
+        ]
         pending_frames: list[Frame] = []
         pending_turns: list[Turn] = []
 
@@ -184,6 +189,7 @@ def _write(
             total = totals[position]
             total["steps"] += 1
             total["reward"] += row.reward
+            total["tool_calls"] += len(row.tool_calls)
             for achievement in row.unlocked:
                 total["achievements"].setdefault(achievement, index)
             turns_written += 1
@@ -197,15 +203,16 @@ def _write(
             episode.total_reward = total["reward"]
             episode.achievements = total["achievements"]
             episode.achievement_count = len(total["achievements"])
+            episode.tool_calls = total["tool_calls"]
         Episode.objects.bulk_update(
-            episodes, ["steps", "total_reward", "achievements", "achievement_count"]
+            episodes, ["steps", "total_reward", "achievements", "achievement_count", "tool_calls"]
         )
         RolloutBatch.objects.filter(id=batch.id).update(
             step_limit=max([1, *(t["steps"] for t in totals)])
         )
         dataset = Dataset.objects.create(
             name=name[:200],
-            description=f"Imported from {path.name}",
+            description=f"Imported from {source_name}",
             filters=DatasetFilters(batches=(batch.id,)).to_json(),
             export_options=ExportOptions().to_json(),
             created_by=created_by,

@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from datasets import services
@@ -83,7 +84,12 @@ def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batc
     assert response.status_code == 302
     assert dataset.filters["batches"] == [scripted_batch.id]
     assert dataset.filters["flagged"] == "exclude"
-    assert dataset.export_options == {"history_frames": 0, "format": "studio", "val_fraction": 0.2}
+    assert dataset.export_options == {
+        "history_frames": 0,
+        "format": "studio",
+        "val_fraction": 0.2,
+        "allow_empty": False,
+    }
 
 
 def test_it_previews_rows_with_frame_images_and_escaped_model_text(
@@ -132,3 +138,36 @@ def test_it_exports_a_version_and_downloads_the_exact_file(
     assert "attachment" in download["Content-Disposition"]
     page = client.get(reverse("datasets:dataset_versions", args=[dataset.id]))
     assert version.sha256[:8].encode() in page.content and b"every" not in page.content
+
+
+def test_it_names_an_import_after_the_uploaded_file_and_shows_its_tool_calls(editor_client):
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "interact_many", "arguments": '{"actions": ["do"]}'},
+    }
+    row = {
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+        ]
+    }
+    upload = SimpleUploadedFile("my-rows.jsonl", (json.dumps(row) + "\n").encode() * 2)
+    assert (
+        editor_client.post(reverse("datasets:dataset_import"), {"file": upload}).status_code == 302
+    )
+    # What the worker does with it (datasets.tasks.dataset_import_run).
+    from datasets.models import DatasetImport
+    from datasets.services_import import dataset_import_run
+
+    assert dataset_import_run(job_id=DatasetImport.objects.get().id) == "done"
+    dataset = Dataset.objects.get()
+    assert (dataset.name, dataset.description) == ("my-rows.jsonl", "Imported from my-rows.jsonl")
+    from rollouts.models import Episode, RolloutBatch
+
+    batch = RolloutBatch.objects.get()
+    assert batch.settings["imported_from"] == "my-rows.jsonl"
+    assert sum(Episode.objects.filter(batch=batch).values_list("tool_calls", flat=True)) == 2
+    page = editor_client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
+    assert "crafter ?" not in page and "Imported from" in page
+    assert 'data-action="resume"' not in page and 'data-action="run-again"' not in page
