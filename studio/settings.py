@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "rollouts",
     "datasets",
     "training",
+    "evaluation",
 ]
 
 MIDDLEWARE = [

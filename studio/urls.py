@@ -11,4 +11,5 @@ urlpatterns = [
     path("", include("rollouts.urls")),
     path("datasets/", include("datasets.urls")),
     path("training/", include("training.urls")),
+    path("", include("evaluation.urls")),
 ]
