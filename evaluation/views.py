@@ -35,7 +35,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     except selectors.ComparisonError as exc:
         if fmt in ("json", "csv"):
             return JsonResponse({"error": str(exc)}, status=400)
-        return render(request, "evaluation/compare.html", {"error": str(exc)}, status=200)
+        typed = ",".join(request.GET.getlist("batches"))[:200]
+        return render(request, "evaluation/compare.html", {"error": str(exc), "query": typed})
     data = comparison_json(comparison)
     query = ",".join(str(i) for i in ids)
     if fmt == "json":
