@@ -7,14 +7,13 @@ place); this module only feeds it resampled success rates.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.scoring import crafter_score, success_rates
+from rollouts.scoring import crafter_score, crafter_scores, success_rates
 
 # 97.5th percentile of the standard normal: two-sided 95% intervals.
 Z95 = 1.959963984540054
@@ -140,7 +139,7 @@ def unlocked_matrix(achievement_sets: Iterable[Iterable[str]]) -> np.ndarray:
 
 def _score_of_rows(rates: np.ndarray) -> np.ndarray:
     """The Crafter score of each row of percent rates, through the one formula."""
-    return np.array([crafter_score(dict(zip(ACHIEVEMENTS, row, strict=True))) for row in rates])
+    return crafter_scores(rates)
 
 
 def bootstrap(
@@ -165,7 +164,7 @@ def bootstrap(
         draws = rng.integers(0, units, size=(rows, units))
         offsets = (np.arange(rows) * units)[:, None]
         weights = np.bincount((draws + offsets).ravel(), minlength=rows * units)
-        values.append(statistic(weights.reshape(rows, units)))
+        values.append(statistic(weights.reshape(rows, units).astype(np.float64)))
         done += rows
     return np.concatenate(values)
 
@@ -228,11 +227,15 @@ def _per_seed(outcomes: Iterable[EpisodeOutcome]) -> dict[int, np.ndarray]:
     seed counts once and its samples are averaged: an achievement unlocked in 2 of 4 samples
     counts as 0.5 for that seed. With one sample per seed this is the plain 0/1 row.
     """
-    by_seed: dict[int, list[frozenset[str]]] = defaultdict(list)
-    for outcome in outcomes:
-        if outcome.finished:
-            by_seed[outcome.seed].append(outcome.achievements)
-    return {seed: unlocked_matrix(sets).mean(axis=0) for seed, sets in by_seed.items()}
+    finished = [o for o in outcomes if o.finished]
+    if not finished:
+        return {}
+    matrix = unlocked_matrix(o.achievements for o in finished)
+    seeds, index = np.unique([o.seed for o in finished], return_inverse=True)
+    sums = np.zeros((len(seeds), matrix.shape[1]))
+    np.add.at(sums, index, matrix)
+    means = sums / np.bincount(index)[:, None]
+    return {int(seed): means[i] for i, seed in enumerate(seeds)}
 
 
 def paired_comparison(
