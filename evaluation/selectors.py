@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from datasets.filters import DatasetFilters, turn_queryset
+from datasets.models import DatasetVersion
 from rollouts.evaluation import (
     EpisodeOutcome,
     PairedComparison,
@@ -25,6 +27,7 @@ from rollouts.evaluation import (
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 
 MAX_COMPARED_BATCHES = 8
+MAX_SEED = 2**31 - 2  # the largest seed a batch accepts (RolloutSettings)
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
 # The paper's agents, in its table's order, with the names it gives them.
 REFERENCE_LABELS = {
@@ -169,6 +172,8 @@ def seed_episodes(*, batch_ids: Sequence[int], seed: int) -> list[SeedColumn]:
     """Each batch's episode on one seed (its first sample), with frames: four queries."""
     if not 1 <= len(batch_ids) <= MAX_COMPARED_BATCHES:
         raise ComparisonError(f"pick 1 to {MAX_COMPARED_BATCHES} batches")
+    if not 0 <= seed <= MAX_SEED:
+        raise ComparisonError(f"seed {seed} is not between 0 and {MAX_SEED}")
     found = {b.id: b for b in RolloutBatch.objects.filter(id__in=batch_ids)}
     missing = [str(i) for i in batch_ids if i not in found]
     if missing:
@@ -302,6 +307,17 @@ def held_out_seeds_for(*, used: Iterable[tuple[int, int]], count: int) -> list[i
 def batch_seed_pairs(*, episode_ids: Iterable[int]) -> set[tuple[int, int]]:
     """(batch, seed) of the given episodes: what a dataset version was built from."""
     return set(Episode.objects.filter(id__in=list(episode_ids)).values_list("batch_id", "seed"))
+
+
+def dataset_version_seed_pairs(*, version: DatasetVersion) -> set[tuple[int, int]]:
+    """(batch, seed) of every episode the version's filters select.
+
+    The filters are run again, now: episodes recorded after the export that match them are
+    included too, which can only make the held-out seeds more conservative, never less.
+    """
+    filters = DatasetFilters.from_json(version.filters)
+    episode_ids = turn_queryset(filters).values("episode_id")
+    return set(Episode.objects.filter(id__in=episode_ids).values_list("batch_id", "seed"))
 
 
 def batches_covering_seeds(*, model: str, seeds: Iterable[int]) -> list[RolloutBatch]:

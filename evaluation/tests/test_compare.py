@@ -180,6 +180,9 @@ def test_pages_render_for_empty_and_failed_batches(viewer_client, two_batches):
     assert viewer_client.get("/compare/?batches=1,x").status_code == 200
     seed_page = viewer_client.get(f"/compare/seed/1/?batches={scripted.id},{failed.id},{empty.id}")
     assert seed_page.status_code == 200
+    assert "has no episode on seed 1" in seed_page.content.decode()
+    huge = viewer_client.get(f"/compare/seed/{10**30}/?batches={scripted.id}")
+    assert huge.status_code == 200 and "is not between 0 and" in huge.content.decode()
 
 
 def test_the_seed_page_puts_each_batchs_episode_side_by_side(viewer_client, two_batches):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from datasets.filters import DatasetFilters, turn_queryset
+from datasets.models import Dataset, DatasetVersion
 from evaluation import selectors
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, RolloutBatch
@@ -83,6 +84,14 @@ def test_held_out_seeds_avoid_every_seed_the_training_data_played():
     held_out = selectors.held_out_seeds_for(used=pairs, count=4)
     assert held_out == [4, 5, 6, 8]
     assert selectors.held_out_seeds_for(used=pairs, count=4) == held_out
+    # A saved dataset version of the training batch only: seeds 0, 1, 3 are taken.
+    dataset = Dataset.objects.create(name="train", filters={"batches": [train.id]})
+    version = DatasetVersion.objects.create(
+        dataset=dataset, number=1, filters={"batches": [train.id]}
+    )
+    used = selectors.dataset_version_seed_pairs(version=version)
+    assert used == {(train.id, 0), (train.id, 1), (train.id, 3)}
+    assert selectors.held_out_seeds_for(used=used, count=3) == [2, 4, 5]
 
 
 def test_it_finds_the_base_models_batches_on_the_held_out_seeds():
