@@ -152,12 +152,17 @@ def compare_seed(request: HttpRequest, seed: int) -> HttpResponse:
 def leaderboard(request: HttpRequest) -> HttpResponse:
     rows = selectors.leaderboard_rows()
     reference = selectors.reference_scores()
+    ranked, rank = [], 0
+    for row in rows:
+        # References sit where their score puts them, but only studio rows are ranked.
+        rank += not row.is_reference
+        ranked.append((None if row.is_reference else rank, row))
     return render(
         request,
         "evaluation/leaderboard.html",
         {
-            "rows": rows,
+            "rows": ranked,
             "source": reference["source"],
-            "studio_rows": sum(not row.is_reference for row in rows),
+            "studio_rows": rank,
         },
     )

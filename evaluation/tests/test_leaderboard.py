@@ -49,7 +49,9 @@ def test_the_papers_agents_are_shown_as_references(viewer_client):
     _finished_batch(seeds=range(3), unlocked=ACHIEVEMENTS[:3])
     response = viewer_client.get("/leaderboard/")
     assert response.status_code == 200
-    rows = response.context["rows"]
+    ranks = [rank for rank, _ in response.context["rows"]]
+    rows = [row for _, row in response.context["rows"]]
+    assert sorted(r for r in ranks if r is not None) == [1]
     references = {row.label: row.score for row in rows if row.is_reference}
     assert references == {
         "Human experts": 50.5,

@@ -82,3 +82,4 @@ def test_the_comparison_fits_a_phone(studio_page: Page, live_server):
     page.goto(live_server.url + "/leaderboard/")
     expect(page.locator("#leaderboard")).to_contain_text("Human experts")
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    page.screenshot(path=str(SCREENSHOTS / "leaderboard-phone.png"), full_page=True)
