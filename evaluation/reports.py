@@ -13,7 +13,8 @@ from typing import Any
 from evaluation.selectors import BatchComparison
 from rollouts.crafter_env import ACHIEVEMENTS
 
-DIGITS = 3
+# Four decimals: the table and pages show two, and must not round twice (4.5454 -> 4.545 -> 4.54).
+DIGITS = 4
 
 
 def _r(value: float) -> float:
@@ -132,11 +133,11 @@ def comparison_table(data: dict[str, Any]) -> list[str]:
             + (f"; {left} seeds left out (not in every batch)" if left else "")
         )
     header = "".join(f"{'#' + str(b['id']):>12}" for b in batches)
-    header += "".join(f"{str(d['id']) + '-' + str(d['against']):>22}" for d in differences)
+    header += "".join(f"{str(d['id']) + '-' + str(d['against']):>25}" for d in differences)
     lines.append(f"{'':<{width}}{header}")
 
     def diff_cell(value: float, interval: list[float]) -> str:
-        return f"{value:+.2f} [{interval[0]:+.1f},{interval[1]:+.1f}]".rjust(22)
+        return " " + f"{value:+.2f} [{interval[0]:+.1f},{interval[1]:+.1f}]".rjust(24)
 
     for a in ACHIEVEMENTS:
         row = "".join(f"{b['success_rates'][a]:>11.1f}%" for b in batches)
@@ -147,10 +148,8 @@ def comparison_table(data: dict[str, Any]) -> list[str]:
     row = "".join(f"{b['crafter_score']:>11.2f}%" for b in batches)
     row += "".join(diff_cell(d["score"], d["score_interval"]) for d in differences)
     lines.append(f"{'Crafter score':<{width}}{row}")
-    row = "".join(
-        f"{'[' + format(b['score_interval'][0], '.2f') + ',' + format(b['score_interval'][1], '.2f') + ']':>12}"  # noqa: E501
-        for b in batches
-    )
+    intervals = (f"[{low:.2f},{high:.2f}]" for low, high in (b["score_interval"] for b in batches))
+    row = "".join(f"{text:>12}" for text in intervals)
     lines.append(f"{'  95% interval':<{width}}{row}")
     lines.append(
         f"{'Progression':<{width}}" + "".join(f"{b['progression']:>11.2f}%" for b in batches)
