@@ -335,3 +335,20 @@ def batches_covering_seeds(*, model: str, seeds: Iterable[int]) -> list[RolloutB
     ).values_list("batch_id", "seed"):
         played[batch_id].add(seed)
     return [b for b in candidates if wanted and played.get(b.id, set()) >= wanted]
+
+
+@dataclass(frozen=True)
+class HeldOutPlan:
+    """What "Evaluate" on a training job needs: the seeds, and base-model batches on them."""
+
+    seeds: list[int]
+    base_batches: list[RolloutBatch]  # newest first; the first is the one to compare with
+
+
+def held_out_plan(*, version: DatasetVersion, count: int, base_model: str) -> HeldOutPlan:
+    """`count` seeds the version's episodes never played, and the base model's batches that
+    played all of them (so the fine-tuned model's batch can be compared straight away)."""
+    seeds = held_out_seeds_for(used=dataset_version_seed_pairs(version=version), count=count)
+    return HeldOutPlan(
+        seeds=seeds, base_batches=batches_covering_seeds(model=base_model, seeds=seeds)
+    )

@@ -94,6 +94,19 @@ def test_held_out_seeds_avoid_every_seed_the_training_data_played():
     used = selectors.dataset_version_seed_pairs(version=version)
     assert used == {(train.id, 0), (train.id, 1), (train.id, 3)}
     assert selectors.held_out_seeds_for(used=used, count=3) == [2, 4, 5]
+    base = _finished_batch(seeds=[2, 4, 5, 6], model="base-vlm")
+    plan = selectors.held_out_plan(version=version, count=3, base_model="base-vlm")
+    assert plan.seeds == [2, 4, 5]
+    assert [b.id for b in plan.base_batches] == [base.id]
+    assert selectors.held_out_plan(version=version, count=4, base_model="base-vlm").seeds == [
+        2,
+        4,
+        5,
+        6,
+    ]
+    assert (
+        selectors.held_out_plan(version=version, count=5, base_model="base-vlm").base_batches == []
+    )
 
 
 def test_it_finds_the_base_models_batches_on_the_held_out_seeds():
