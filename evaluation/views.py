@@ -16,6 +16,14 @@ from rollouts.crafter_env import ACHIEVEMENTS
 SEEDS_SHOWN = 200  # seed links on the page; the downloads hold them all
 
 
+def _url_pattern(name: str) -> str:
+    """A URL with one integer argument as a format string: `/episodes/{}/`."""
+    return reverse(name, args=[_SENTINEL]).replace(str(_SENTINEL), "{}", 1)
+
+
+_SENTINEL = 918273645
+
+
 def _batch_label(batch) -> str:
     what = batch.model or batch.policy
     return f"#{batch.id} {batch.name or what}"
@@ -83,15 +91,20 @@ def compare(request: HttpRequest) -> HttpResponse:
         title="Crafter score on the shared seeds, with 95% bootstrap intervals",
     )
     per_seed = {d.batch.id: {r.seed: r for r in d.paired.per_seed} for d in comparison.differences}
+    # Hundreds of rows with links: resolve each URL pattern once, not once per link.
+    episode_url = _url_pattern("rollouts:episode_detail")
+    seed_url = _url_pattern("evaluation:compare_seed")
     seed_rows = []
     for seed in comparison.shared_seeds[:SEEDS_SHOWN]:
+        episodes = [
+            (comparison.episode_ids.get((c.batch.id, seed)) or [None])[0]
+            for c in comparison.columns
+        ]
         seed_rows.append(
             {
                 "seed": seed,
-                "episodes": [
-                    (comparison.episode_ids.get((c.batch.id, seed)) or [None])[0]
-                    for c in comparison.columns
-                ],
+                "url": f"{seed_url.format(seed)}?batches={query}",
+                "episodes": [(e, episode_url.format(e) if e else "") for e in episodes],
                 "results": [per_seed[d.batch.id].get(seed) for d in comparison.differences],
             }
         )

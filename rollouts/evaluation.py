@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -86,8 +87,9 @@ class PairedComparison:
     rate_intervals: dict[str, Interval]
     per_seed: list[SeedResult] = field(default_factory=list)
 
-    @property
+    @cached_property
     def wins(self) -> dict[str, int]:
+        """On how many seeds each side unlocked more (or as many: "tie")."""
         counts = {"base": 0, "other": 0, "tie": 0}
         for result in self.per_seed:
             counts[result.winner] += 1
