@@ -45,8 +45,9 @@ def compare(request: HttpRequest) -> HttpResponse:
             return JsonResponse({"error": str(exc)}, status=400)
         typed = ",".join(request.GET.getlist("batches"))[:200]
         return render(request, "evaluation/compare.html", {"error": str(exc), "query": typed})
-    data = comparison_json(comparison)
     query = ",".join(str(i) for i in ids)
+    if fmt in ("json", "csv"):
+        data = comparison_json(comparison)
     if fmt == "json":
         response = HttpResponse(json.dumps(data, indent=1), content_type="application/json")
         response["Content-Disposition"] = f'attachment; filename="compare-{query}.json"'
