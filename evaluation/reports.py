@@ -12,9 +12,10 @@ from typing import Any
 
 from evaluation.selectors import BatchComparison
 from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.scoring import score_percent
 
-# Four decimals: the table and pages show two, and must not round twice (4.5454 -> 4.545 -> 4.54).
-DIGITS = 4
+# Two decimals, as every output of the studio states percentages (rollouts.scoring).
+DIGITS = 2
 
 
 def _r(value: float) -> float:
@@ -23,6 +24,10 @@ def _r(value: float) -> float:
 
 def _pair(interval: tuple[float, float]) -> list[float]:
     return [_r(interval[0]), _r(interval[1])]
+
+
+def _score_pair(interval: tuple[float, float]) -> list[float]:
+    return [score_percent(interval[0]), score_percent(interval[1])]
 
 
 def comparison_json(comparison: BatchComparison) -> dict[str, Any]:
@@ -41,8 +46,8 @@ def comparison_json(comparison: BatchComparison) -> dict[str, Any]:
                 "finished": s.finished,
                 "failed": s.failed,
                 "unfinished": s.unfinished,
-                "crafter_score": _r(s.crafter_score),
-                "score_interval": _pair(s.score_interval),
+                "crafter_score": score_percent(s.crafter_score),
+                "score_interval": _score_pair(s.score_interval),
                 "progression": _r(s.progression),
                 "progression_se": _r(s.progression_se),
                 "mean_unique_achievements": _r(s.mean_unique),
@@ -68,8 +73,8 @@ def comparison_json(comparison: BatchComparison) -> dict[str, Any]:
                     {"seed": seed, "no_finished_episode_in": side}
                     for seed, side in p.unpaired_seeds.items()
                 ],
-                "score": _r(p.score),
-                "score_interval": _pair(p.score_interval),
+                "score": score_percent(p.score),
+                "score_interval": _score_pair(p.score_interval),
                 "success_rates": {a: _r(p.success_rates[a]) for a in ACHIEVEMENTS},
                 "success_rate_intervals": {a: _pair(p.rate_intervals[a]) for a in ACHIEVEMENTS},
                 "seeds_won": p.wins,
