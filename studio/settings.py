@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "rollouts",
     "datasets",
     "training",
+    "evaluation",
 ]
 
 MIDDLEWARE = [
