@@ -13,7 +13,7 @@ from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.groups import group_table, grouping_on
 from datasets.jsonl import episode_split
-from datasets.models import Dataset, DatasetVersion
+from datasets.models import Dataset, DatasetImport, DatasetVersion
 from datasets.preferences import count_pairs, preference_preview
 from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import Episode, RolloutBatch, Turn
@@ -144,3 +144,7 @@ def filter_choices() -> dict[str, list]:
             set(RolloutBatch.objects.exclude(model="").values_list("model", flat=True))
         ),
     }
+
+
+def imports_recent(*, limit: int = 10) -> QuerySet[DatasetImport]:
+    return DatasetImport.objects.select_related("created_by", "dataset").order_by("-id")[:limit]
