@@ -99,6 +99,8 @@ class _Base:
         self.script: list[Tick] = succeeding_script()
         self.upload_failures = 0  # answer this many uploads with 500 first
         self.create_failures = 0
+        # Off: repeats are not recognised by key, so only the studio's own bookkeeping helps.
+        self.honour_idempotency = True
         self.hold_start = threading.Event()
         self.hold_start.set()  # cleared by a test to keep a start request waiting
         self.start_waiting = threading.Event()
@@ -177,7 +179,7 @@ class _Base:
             if self.upload_failures > 0:
                 self.upload_failures -= 1
                 return 500, {"error": {"message": "scripted upload failure"}}
-            if key and key in self.idempotent:
+            if self.honour_idempotency and key in self.idempotent:
                 return 200, self._file_json(self.idempotent[key])
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
             b"Content-Type: " + headers["Content-Type"].encode() + b"\r\n\r\n" + body
@@ -213,7 +215,7 @@ class _Base:
             if self.create_failures > 0:
                 self.create_failures -= 1
                 return 503, {"error": {"message": "scripted create failure"}}
-            if key and key in self.idempotent:
+            if self.honour_idempotency and key in self.idempotent:
                 return self.jobs[self.idempotent[key]]
             job = RemoteJob(id=f"{prefix}-{next(self._ids)}", body=body, script=list(self.script))
             self.jobs[job.id] = job
