@@ -20,7 +20,8 @@ RETRY_COUNTDOWNS = (5, 15, 60, 120, 300)
     max_retries=len(RETRY_COUNTDOWNS),
 )
 def training_job_submit(self, job_id: int) -> str:
-    outcome = services.training_job_submit(job_id=job_id)
+    last = self.request.retries >= len(RETRY_COUNTDOWNS)
+    outcome = services.training_job_submit(job_id=job_id, last_attempt=last)
     if outcome == "retry":
         # The provider answered 429/5xx or could not be reached after the client's retries.
         countdown = RETRY_COUNTDOWNS[min(self.request.retries, len(RETRY_COUNTDOWNS) - 1)]

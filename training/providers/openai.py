@@ -209,7 +209,9 @@ class OpenAIProvider:
                 f"{job.error.code or 'error'}: {job.error.message or ''}"
                 + (f" (param {job.error.param})" if job.error.param else "")
             )
-        tokens = clean_step(job.trained_tokens)
+        tokens = job.trained_tokens if isinstance(job.trained_tokens, int) else None
+        if tokens is not None and not 0 <= tokens < 2**53:
+            tokens = None
         return RemoteState(
             status=STATUS_MAP.get(remote, "running"),
             remote_status=remote,

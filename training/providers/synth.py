@@ -271,7 +271,9 @@ class SynthProvider:
             status=STATUS_MAP.get(remote, "running" if remote else "submitted"),
             remote_status=remote,
             fine_tuned_model=clean_text(answer.get("fine_tuned_model"), limit=300),
-            trained_tokens=int(tokens) if clean_step(tokens) is not None else None,
+            trained_tokens=tokens
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**53
+            else None,
             error=clean_text(error),
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from django.conf import settings
 from django.db.models import Q
@@ -14,6 +15,8 @@ from training.providers.base import RemoteEvent
 from training.providers.synth import terminal_event_status
 from training.services.common import ERROR_CHARS, _fail, _provider
 
+logger = logging.getLogger(__name__)
+
 # -- poll -----------------------------------------------------------------------------------
 
 
@@ -24,8 +27,8 @@ def training_job_poll(*, job_id: int) -> str:
         return "skipped"
     if job.submitted_at is None:
         return "skipped"  # the submission task has not finished starting it
-    provider = _provider(job)
     try:
+        provider = _provider(job)
         # State first: the events read after it include everything up to that state.
         state = provider.state(remote_job_id=job.remote_job_id)
         events, cursor = provider.events(remote_job_id=job.remote_job_id, cursor=job.event_cursor)
@@ -114,6 +117,10 @@ def training_jobs_poll_active() -> int:
             .update(polled_at=now)
             == 1
         ):
-            training_job_poll(job_id=job_id)
+            try:
+                training_job_poll(job_id=job_id)
+            except Exception:
+                # One broken job must not stop the others being followed.
+                logger.exception("training job %s: poll failed", job_id)
             polled += 1
     return polled

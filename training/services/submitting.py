@@ -10,6 +10,7 @@ worker's environment at the moment of the call, never stored or logged.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import shutil
 import tempfile
 import uuid
@@ -33,6 +34,8 @@ from training.services.common import (
 )
 from training.services.jobs import _build_files, training_job_cancel_remote
 from training.upload_files import DataRefused
+
+logger = logging.getLogger(__name__)
 
 # -- submit ---------------------------------------------------------------------------------
 
@@ -63,8 +66,12 @@ def _save_mine(job_id: int, token: str, **fields) -> bool:
     return TrainingJob.objects.filter(id=job_id, claim_token=token).update(**fields) == 1
 
 
-def training_job_submit(*, job_id: int) -> SubmitOutcome:
-    """Upload, create and start the remote job. Safe to run twice: the row says what exists."""
+def training_job_submit(*, job_id: int, last_attempt: bool = False) -> SubmitOutcome:
+    """Upload, create and start the remote job. Safe to run twice: the row says what exists.
+
+    A provider that is down (429, 5xx, network) gives "retry" unless `last_attempt`, when
+    the job fails with that error instead of waiting forever.
+    """
     token = _claim(job_id=job_id)
     if token is None:
         job = TrainingJob.objects.filter(id=job_id).first()
@@ -86,7 +93,7 @@ def training_job_submit(*, job_id: int) -> SubmitOutcome:
     try:
         return _submit_claimed(job, token)
     except ProviderError as exc:
-        if exc.retryable:
+        if exc.retryable and not last_attempt:
             # Hand the claim back at once; the task tries again after a backoff.
             TrainingJob.objects.filter(id=job_id, claim_token=token).update(
                 status=TrainingJob.Status.PENDING, claim_token="", error=str(exc)[:ERROR_CHARS]
@@ -94,6 +101,11 @@ def training_job_submit(*, job_id: int) -> SubmitOutcome:
             _note(job, "retry", f"Will retry: {exc}", level=TrainingEvent.Level.WARNING)
             return "retry"
         _fail(job, str(exc), token=token)
+        return "failed"
+    except Exception as exc:
+        # A poison job is set aside with its error, never crash-looped.
+        logger.exception("training job %s: submission failed", job_id)
+        _fail(job, f"{type(exc).__name__}: {exc}", token=token)
         return "failed"
 
 

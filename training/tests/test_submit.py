@@ -407,3 +407,28 @@ def test_events_are_unique_per_job_and_remote_id(train_version):
     with pytest.raises(IntegrityError), transaction.atomic():
         TrainingEvent.objects.create(job=job, remote_id="seq:1", time=timezone.now())
     assert Path(REFERENCE).exists()
+
+
+def test_it_retries_a_provider_that_is_down_and_fails_after_the_last_attempt(
+    synth_server, train_version
+):
+    synth_server.create_failures = 1  # absorbed by the client's own retries
+    job = services.training_job_create(
+        submission=_submission(train_version, "synth", synth_server.base_url), enqueue=False
+    )
+    assert services.training_job_submit(job_id=job.id) == "submitted"
+
+    synth_server.create_failures = 1000
+    job = services.training_job_create(
+        submission=_submission(train_version, "synth", synth_server.base_url), enqueue=False
+    )
+    assert services.training_job_submit(job_id=job.id) == "retry"
+    job.refresh_from_db()
+    assert (job.status, job.remote_job_id) == ("pending", "")
+    assert job.remote_training_file_id  # kept: the next attempt does not upload again
+    uploads = len(synth_server.uploads)
+    assert services.training_job_submit(job_id=job.id, last_attempt=True) == "failed"
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert "answered 503: " in job.error and "scripted create failure" in job.error
+    assert len(synth_server.uploads) == uploads
