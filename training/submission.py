@@ -81,10 +81,8 @@ def submission_build(
     resolved: dict[str, DatasetVersion] = {}
 
     def resolve(section: str, key: str, value: Any) -> str | None:
-        if (section, key) == ("job", "data") and version is not None:
-            return None  # the command line or the form wins
-        if (section, key) == ("data", "validation_path") and validation is not None:
-            return None
+        # Checked even when the command line or the form names a version (which wins):
+        # a reference to nothing is a mistake worth a word.
         found = _resolve_reference(value)
         if isinstance(found, str):
             return found

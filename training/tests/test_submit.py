@@ -432,3 +432,38 @@ def test_it_retries_a_provider_that_is_down_and_fails_after_the_last_attempt(
     assert job.status == "failed"
     assert "answered 503: " in job.error and "scripted create failure" in job.error
     assert len(synth_server.uploads) == uploads
+
+
+def test_it_reads_the_dataset_from_the_config_and_names_an_unknown_one(
+    tmp_path, synth_server, train_version
+):
+    config = tmp_path / "data.toml"
+    text = REFERENCE.read_text()
+    config.write_text(text.replace('# data = "examples', f'data = {train_version.id}\n# x = "'))
+    outcome = run(
+        "submit_training",
+        "--config",
+        str(config),
+        "--dataset",
+        str(train_version.dataset_id),
+        "--base-url",
+        synth_server.base_url,
+        "--dry-run",
+    )
+    assert outcome.code == 0, outcome.stderr
+    config.write_text(text.replace('# data = "examples', 'data = "no such dataset"\n# x = "'))
+    outcome = run(
+        "submit_training",
+        "--config",
+        str(config),
+        "--dataset-version",
+        str(train_version.id),
+        "--base-url",
+        synth_server.base_url,
+    )
+    assert outcome.code == 2
+    assert outcome.stderr == (
+        "submit_training: error: [job] data (line 4): unknown dataset 'no such dataset' "
+        "(give a dataset version id or a dataset's name)\n"
+    )
+    assert TrainingJob.objects.count() == 0
