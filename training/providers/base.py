@@ -39,6 +39,16 @@ class UploadFile:
     bytes: int
     rows: int
 
+    def describe(self) -> dict[str, object]:
+        if not self.sha256:  # a preview that did not build the file
+            return {"filename": self.name, "rows": self.rows, "sha256": "computed when uploaded"}
+        return {
+            "filename": self.name,
+            "bytes": self.bytes,
+            "rows": self.rows,
+            "sha256": self.sha256,
+        }
+
 
 @dataclass(frozen=True)
 class RemoteEvent:

@@ -38,8 +38,10 @@ STATUS_MAP = {
 }
 # TOML keys that have no counterpart in OpenAI's supervised fine-tuning.
 NOT_SENT = {
+    "job": ("modalities", "description"),
     "compute": ("gpu_type", "gpu_count", "nodes"),
     "training": ("use_qlora",),
+    "data": ("topology",),
     "hyperparameters": (
         "train_kind",
         "sequence_length",
@@ -142,7 +144,7 @@ class OpenAIProvider:
                     f"{self.base_url}/files",
                     {
                         "purpose": "fine-tune",
-                        "file": {"filename": file.name, "bytes": file.bytes, "sha256": file.sha256},
+                        "file": file.describe(),
                     },
                     note=f"files.create, multipart/form-data, {file.rows} rows in --format openai",
                 )

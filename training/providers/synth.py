@@ -201,12 +201,16 @@ class SynthProvider:
                     self._url("learning/files"),
                     {
                         "purpose": "fine-tune",
-                        "file": {"filename": file.name, "bytes": file.bytes, "sha256": file.sha256},
+                        "file": file.describe(),
                     },
                     note=f"multipart/form-data, {file.rows} rows in --format synth",
                 )
             )
-        plans.append(PlannedRequest("POST", self._url("learning/jobs"), job_body(spec)))
+        skipped = [f"[job] {key}" for key in ("modalities",) if spec.config.get("job", key)]
+        note = (
+            f"not sent (run_fft_and_save.py has no field): {', '.join(skipped)}" if skipped else ""
+        )
+        plans.append(PlannedRequest("POST", self._url("learning/jobs"), job_body(spec), note=note))
         plans.append(PlannedRequest("POST", self._url("learning/jobs/{id}/start"), {}))
         return plans
 

@@ -47,7 +47,13 @@ class Submission:
             training_file_id=training_file_id or "{training_file_id}",
             validation_file_id=validation_file_id
             or ("{validation_file_id}" if self.validation_version else ""),
+            metadata=job_metadata(job_id="{job_id}", idempotency_key="{idempotency_key}"),
         )
+
+
+def job_metadata(*, job_id: str, idempotency_key: str) -> dict[str, str]:
+    """Sent with the remote job: which studio job it is, and the key to find it again."""
+    return {"studio_job": job_id, "studio_submission": idempotency_key}
 
 
 class SubmissionError(ValueError):

@@ -62,7 +62,11 @@ def training_job_plan(*, submission: Submission, build_files: bool) -> list[Plan
     provider = provider_for(name=submission.provider, base_url=submission.base_url, api_key="")
     spec = submission.spec()
     if not build_files:
-        return provider.plan(spec=spec, training=None, validation=None)
+        return provider.plan(
+            spec=spec,
+            training=_unbuilt(submission.version, "train", submission.provider),
+            validation=_unbuilt(submission.validation_version, "val", submission.provider),
+        )
     directory = Path(tempfile.mkdtemp(prefix="studio-dry-run-"))
     try:
         training, validation = _build_files(
@@ -75,6 +79,13 @@ def training_job_plan(*, submission: Submission, build_files: bool) -> list[Plan
         return provider.plan(spec=spec, training=training, validation=validation)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _unbuilt(version: DatasetVersion | None, role: str, provider: str) -> UploadFile | None:
+    if version is None:
+        return None
+    name = f"studio-job-{{job_id}}-{role}-{provider}.jsonl"
+    return UploadFile(path=Path(), name=name, sha256="", bytes=0, rows=version.rows)
 
 
 def _build_files(

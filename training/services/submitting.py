@@ -31,6 +31,7 @@ from training.services.common import (
     _finish,
     _note,
     _provider,
+    job_metadata,
 )
 from training.services.jobs import _build_files, training_job_cancel_remote
 from training.upload_files import DataRefused
@@ -163,7 +164,7 @@ def _submit_claimed(job: TrainingJob, token: str) -> SubmitOutcome:
             model=job.model,
             training_file_id=job.remote_training_file_id,
             validation_file_id=job.remote_validation_file_id,
-            metadata={"studio_job": str(job.id), "studio_submission": job.idempotency_key},
+            metadata=job_metadata(job_id=str(job.id), idempotency_key=job.idempotency_key),
         )
         remote_id = ""
         job.refresh_from_db(fields=["create_attempts", "cancel_requested"])
