@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from django.core.files.storage import default_storage
@@ -24,6 +26,7 @@ from training.providers.base import UploadFile
 
 # synth-ai's SFT loader needs a prompt and an answer: at least two messages per row.
 SYNTH_MIN_MESSAGES = 2
+HEARTBEAT_ROWS = 500
 
 
 class DataRefused(ValueError):
@@ -35,7 +38,13 @@ class DataRefused(ValueError):
 
 
 def upload_file_build(
-    *, version: DatasetVersion, provider: str, role: str, directory: Path, label: str
+    *,
+    version: DatasetVersion,
+    provider: str,
+    role: str,
+    directory: Path,
+    label: str,
+    heartbeat: Callable[[], None] | None = None,
 ) -> UploadFile:
     """Write `version`'s rows for `provider` under `directory`; DataRefused lists violations."""
     if version.status != DatasetVersion.Status.DONE or not version.file:
@@ -71,6 +80,8 @@ def upload_file_build(
                 out.write(line)
                 size += len(line)
                 rows += 1
+                if heartbeat is not None and rows % HEARTBEAT_ROWS == 0:
+                    heartbeat()
         min_rows = MIN_ROWS if provider == "openai" and role == "train" else 1
         report.finish(file_bytes=size, min_rows=min_rows)
         if not report.ok:
@@ -79,7 +90,8 @@ def upload_file_build(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return UploadFile(path=path, name=name, sha256=hasher.hexdigest(), bytes=size, rows=rows)
+    built = UploadFile(path=path, name=name, sha256=hasher.hexdigest(), bytes=size, rows=rows)
+    return replace(built, heartbeat=heartbeat)
 
 
 def _check_synth(report: ProviderReport, *, row: int, record: dict) -> None:

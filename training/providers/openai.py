@@ -163,7 +163,7 @@ class OpenAIProvider:
 
     def upload(self, *, file: UploadFile, idempotency_key: str) -> str:
         try:
-            with open(file.path, "rb") as fh:
+            with file.open() as fh:
                 # A file object is streamed by the client (and rewound on a retry).
                 answer = self._client.files.create(
                     file=(file.name, fh, "application/jsonl"),

@@ -228,7 +228,7 @@ class SynthProvider:
 
         def body() -> Iterator[bytes]:
             yield head
-            with open(file.path, "rb") as fh:
+            with file.open() as fh:
                 while chunk := fh.read(CHUNK):
                     yield chunk
             yield tail

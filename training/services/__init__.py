@@ -22,7 +22,7 @@ from training.services.jobs import (
     training_job_plan,
 )
 from training.services.polling import training_job_poll, training_jobs_poll_active
-from training.services.submitting import training_job_submit
+from training.services.submitting import training_job_submit, training_jobs_requeue_stale
 
 __all__ = [
     "KEY_ENV",
@@ -38,4 +38,5 @@ __all__ = [
     "training_job_poll",
     "training_job_submit",
     "training_jobs_poll_active",
+    "training_jobs_requeue_stale",
 ]

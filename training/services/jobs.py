@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import transaction
@@ -95,12 +96,18 @@ def _build_files(
     provider: str,
     directory: Path,
     label: str,
+    heartbeat: Callable[[], None] | None = None,
 ) -> tuple[UploadFile, UploadFile | None]:
     problems: list[str] = []
     training = validation = None
     try:
         training = upload_file_build(
-            version=version, provider=provider, role="train", directory=directory, label=label
+            version=version,
+            provider=provider,
+            role="train",
+            directory=directory,
+            label=label,
+            heartbeat=heartbeat,
         )
     except DataRefused as exc:
         problems += exc.lines
@@ -112,6 +119,7 @@ def _build_files(
                 role="val",
                 directory=directory,
                 label=label,
+                heartbeat=heartbeat,
             )
         except DataRefused as exc:
             problems += exc.lines

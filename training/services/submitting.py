@@ -93,6 +93,8 @@ def training_job_submit(*, job_id: int, last_attempt: bool = False) -> SubmitOut
     job = TrainingJob.objects.select_related("dataset_version", "validation_version").get(id=job_id)
     try:
         return _submit_claimed(job, token)
+    except ClaimLost:
+        return "busy"
     except ProviderError as exc:
         if exc.retryable and not last_attempt:
             # Hand the claim back at once; the task tries again after a backoff.
@@ -110,8 +112,17 @@ def training_job_submit(*, job_id: int, last_attempt: bool = False) -> SubmitOut
         return "failed"
 
 
+class ClaimLost(Exception):
+    """Another delivery took the job over (this one was presumed dead): stop here."""
+
+
 def _submit_claimed(job: TrainingJob, token: str) -> SubmitOutcome:
     provider = _provider(job)
+
+    def heartbeat() -> None:
+        if not _save_mine(job.id, token):
+            raise ClaimLost
+
     directory = Path(tempfile.mkdtemp(prefix=f"studio-training-{job.id}-"))
     try:
         if not job.remote_training_file_id or (
@@ -124,6 +135,7 @@ def _submit_claimed(job: TrainingJob, token: str) -> SubmitOutcome:
                     provider=job.provider,
                     directory=directory,
                     label=f"studio-job-{job.id}",
+                    heartbeat=heartbeat,
                 )
             except DataRefused as exc:
                 _fail(job, "The data was refused before upload:\n" + "\n".join(exc.lines), token)
@@ -197,3 +209,25 @@ def _submit_claimed(job: TrainingJob, token: str) -> SubmitOutcome:
 
 def _sections(effective: dict) -> dict[str, dict]:
     return {name: dict(values) for name, values in (effective or {}).items()}
+
+
+def training_jobs_requeue_stale() -> list[int]:
+    """Send the submission task again for jobs whose worker died or whose message was lost.
+
+    A job waiting unclaimed, or uploading without a heartbeat, for the stale window: the
+    claim decides who works on it, so a duplicate delivery is harmless.
+    """
+    from training.tasks import training_job_submit as task
+
+    stale = timezone.now() - dt.timedelta(seconds=settings.STUDIO_TRAINING_STALE_SECONDS)
+    ids = list(
+        TrainingJob.objects.filter(cancel_requested=False)
+        .filter(
+            Q(status=TrainingJob.Status.PENDING, created_at__lt=stale, claim_token="")
+            | Q(status=TrainingJob.Status.UPLOADING, heartbeat_at__lt=stale)
+        )
+        .values_list("id", flat=True)[:100]
+    )
+    for job_id in ids:
+        task.delay(job_id)
+    return ids

@@ -467,3 +467,34 @@ def test_it_reads_the_dataset_from_the_config_and_names_an_unknown_one(
         "(give a dataset version id or a dataset's name)\n"
     )
     assert TrainingJob.objects.count() == 0
+
+
+def test_a_long_upload_keeps_its_claim_alive(
+    synth_server, openai_server, train_version, tmp_path, monkeypatch
+):
+    from training.providers.base import _Beating
+    from training.providers.openai import OpenAIProvider
+    from training.providers.synth import SynthProvider
+    from training.upload_files import upload_file_build
+
+    monkeypatch.setattr(_Beating, "EVERY", 0.0)
+    beats: list[int] = []
+    built = upload_file_build(
+        version=train_version,
+        provider="synth",
+        role="train",
+        directory=tmp_path,
+        label="beat",
+        heartbeat=lambda: beats.append(1),
+    )
+    SynthProvider(base_url=synth_server.base_url, api_key="").upload(
+        file=built, idempotency_key="k1"
+    )
+    assert len(beats) >= 1
+    (upload,) = synth_server.uploads.values()
+    assert upload.sha256 == built.sha256
+    before = len(beats)
+    OpenAIProvider(base_url=openai_server.base_url, api_key="").upload(
+        file=built, idempotency_key="k2"
+    )
+    assert len(beats) > before

@@ -14,7 +14,6 @@ import pytest
 from rollouts.tests.helpers import ROOT, subprocess_env
 from training import services
 from training.models import TrainingJob
-from training.tasks import training_job_submit
 from training.tests.conftest import REFERENCE, SYNTH_KEY
 from training.tests.test_submit import _submission, submit, wait_for
 
@@ -87,12 +86,14 @@ def test_it_creates_one_remote_job_when_the_worker_dies_after_creating_it(
         _kill(first)
     synth_server.hold_start.set()
 
-    # The message comes back (as Redis redelivers an unacknowledged one); a new worker takes
-    # over the dead worker's claim once it is stale.
+    # The message comes back (the beat task re-sends a submission whose worker stopped
+    # beating, as Redis redelivers an unacknowledged message); a new worker takes over the
+    # dead worker's claim once it is stale.
+    settings.STUDIO_TRAINING_STALE_SECONDS = 1
     time.sleep(1.5)
     second = _worker(env)
     try:
-        training_job_submit.delay(job.id)
+        assert services.training_jobs_requeue_stale() == [job.id]
         job = wait_for(job, "submitted", "running", "succeeded", timeout=120)
     finally:
         _kill(second)
