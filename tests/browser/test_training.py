@@ -8,7 +8,9 @@ refreshes itself until the job has produced its model.
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -33,6 +35,13 @@ from training.tests.conftest import (  # noqa: F401
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+ROOT = Path(__file__).resolve().parents[2]
+# Rewritten in docs/ only when asked (UPDATE_SCREENSHOTS=1), as the episode viewer's is.
+SCREENSHOT = (
+    ROOT / "docs" / "screenshots" / "training-job.png"
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
+    else ROOT / "var" / "screenshots" / "training-job.png"
+)
 
 
 @pytest.fixture
@@ -100,6 +109,8 @@ def test_it_submits_from_the_page_and_follows_the_job_to_its_model(
     page.click("button[data-copy]")
     expect(page.locator("button[data-copy]")).to_have_text("Copied")
     assert SYNTH_KEY not in page.content()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert {r["authorization"] for r in synth_server.requests} == {f"Bearer {SYNTH_KEY}"}
     assert len(synth_server.jobs) == 1
 

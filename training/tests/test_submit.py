@@ -498,3 +498,30 @@ def test_a_long_upload_keeps_its_claim_alive(
         file=built, idempotency_key="k2"
     )
     assert len(beats) > before
+
+
+def test_a_browser_job_sends_its_endpoints_key_and_only_to_that_endpoint(
+    synth_server, train_version, monkeypatch
+):
+    from studio.models import Endpoint
+    from training.submission import submission_build
+
+    monkeypatch.setenv("TEAM_SYNTH_KEY", "team-key-7d1e")
+    endpoint = Endpoint.objects.create(
+        name="team", kind="synth", base_url=synth_server.base_url, api_key_env="TEAM_SYNTH_KEY"
+    )
+    submission = submission_build(
+        config_text=REFERENCE.read_text(), version_id=train_version.id, endpoint_name="team"
+    )
+    job = services.training_job_create(submission=submission, enqueue=False)
+    assert (job.base_url, job.api_key_env) == (synth_server.base_url, "TEAM_SYNTH_KEY")
+    assert services.training_job_submit(job_id=job.id) == "submitted"
+    assert {r["authorization"] for r in synth_server.requests} == {"Bearer team-key-7d1e"}
+
+    # An admin points the endpoint elsewhere: the job's old URL no longer gets the key.
+    count = len(synth_server.requests)
+    Endpoint.objects.filter(id=endpoint.id).update(base_url="http://127.0.0.1:9/api")
+    assert services.training_job_poll(job_id=job.id) == "failed"
+    job.refresh_from_db()
+    assert "now points elsewhere" in job.error
+    assert len(synth_server.requests) == count
