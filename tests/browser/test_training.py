@@ -120,3 +120,6 @@ def test_it_submits_from_the_page_and_follows_the_job_to_its_model(
     page.goto(f"{live_server.url}/training/{job.id}/")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 380, f"the job page overflows a 360 px screen ({width} px)"
+    page.goto(live_server.url + "/training/new/")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 380, f"the new job page overflows a 360 px screen ({width} px)"
