@@ -76,6 +76,7 @@ def wait_for(job: TrainingJob, *statuses: str, timeout: float = 60) -> TrainingJ
 def test_it_trains_on_synth_to_a_model_with_events_and_losses(
     celery_worker, synth_server, train_version
 ):
+    synth_server.upload_failures = 1  # answered 500 once, then accepted
     outcome = submit(
         "--dataset-version", str(train_version.id), "--base-url", synth_server.base_url, "--wait"
     )
@@ -91,8 +92,9 @@ def test_it_trains_on_synth_to_a_model_with_events_and_losses(
         "events": job.events.count(),
     }
     assert job.trained_tokens == 4242
-    # One upload, one job, one start; every request carried the key as a bearer token.
-    assert len(synth_server.calls("POST", "/learning/files")) == 1
+    # One upload kept (after a 500), one job, one start; every request carried the key.
+    assert len(synth_server.calls("POST", "/learning/files")) == 2
+    assert len(synth_server.uploads) == 1
     assert len(synth_server.calls("POST", "/learning/jobs")) == 1
     assert len(synth_server.calls("POST", "/start")) == 1
     assert {r["authorization"] for r in synth_server.requests} == {f"Bearer {SYNTH_KEY}"}
@@ -182,7 +184,9 @@ def test_it_trains_on_openai_through_the_openai_client_after_an_upload_error(
     assert [e.train_loss for e in train_losses] == [2.5, 1.75, 1.25]
 
 
-def test_it_shows_a_failed_job_with_its_error(celery_worker, synth_server, train_version):
+def test_it_shows_a_failed_job_with_its_error(
+    celery_worker, synth_server, train_version, client, viewer
+):
     synth_server.script = failing_script()
     outcome = submit(
         "--dataset-version", str(train_version.id), "--base-url", synth_server.base_url, "--wait"
@@ -192,6 +196,10 @@ def test_it_shows_a_failed_job_with_its_error(celery_worker, synth_server, train
     job = TrainingJob.objects.get()
     assert job.error == "CUDA out of memory at step 2 <script>x</script>"
     assert job.events.filter(level="error", type="sft.failed").count() == 1
+    client.force_login(viewer)
+    page = client.get(f"/training/{job.id}/").content.decode()
+    assert '<pre class="code error" id="job-error">CUDA out of memory at step 2 ' in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>x</script>" not in page
 
 
 def test_it_cancels_a_running_job_at_the_provider(celery_worker, synth_server, train_version):
