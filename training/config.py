@@ -286,8 +286,9 @@ def _walk(
             continue
         if schema is None and not prefix:
             # A top-level key or table that is not a section.
-            hint = _did_you_mean(name, known_sections)
             if isinstance(value, dict):
+                close = difflib.get_close_matches(name, known_sections, n=1, cutoff=0.6)
+                hint = f"; did you mean [{close[0]}]?" if close else ""
                 issues.append(ConfigIssue(name, "", config.line_of(name), "unknown section" + hint))
             else:
                 issues.append(
@@ -299,16 +300,16 @@ def _walk(
                     )
                 )
             continue
-        candidates = list((schema or {}).keys()) + [
-            s.split(".")[-1] for s in SCHEMA if s.startswith(prefix + ".")
-        ]
+        subsections = [s for s in SCHEMA if s.startswith(prefix + ".")]
+        candidates = list((schema or {}).keys()) + [s.split(".")[-1] for s in subsections]
         if isinstance(value, dict):
+            close = difflib.get_close_matches(path, subsections, n=1, cutoff=0.6)
             issues.append(
                 ConfigIssue(
                     path,
                     "",
                     config.line_of(path) or config.line_of(prefix, name),
-                    "unknown section" + _did_you_mean(name, candidates),
+                    "unknown section" + (f"; did you mean [{close[0]}]?" if close else ""),
                 )
             )
         else:

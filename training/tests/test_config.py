@@ -63,8 +63,9 @@ def test_it_refuses_unknown_sections_with_a_suggestion():
     text = reference_text().replace("[hyperparameters.parallelism]", "[hyperparameters.paralelism]")
     text += "\n[hyperparameter]\nn_epochs = 2\n"
     assert errors(text) == [
-        "[hyperparameters.paralelism] (line 38): unknown section; did you mean parallelism?",
-        "[hyperparameter] (line 46): unknown section; did you mean hyperparameters?",
+        "[hyperparameters.paralelism] (line 38): unknown section; "
+        "did you mean [hyperparameters.parallelism]?",
+        "[hyperparameter] (line 46): unknown section; did you mean [hyperparameters]?",
     ]
 
 
