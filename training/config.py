@@ -280,9 +280,12 @@ def _walk(
             issues.extend(_check_value(prefix, name, spec, value, config))
             config.sections.setdefault(prefix, {})[name] = value
             continue
-        if isinstance(value, dict) and path in SCHEMA:
-            config.sections.setdefault(path, {})
-            _walk(value, path, config, issues)
+        if path in SCHEMA:
+            if isinstance(value, dict):
+                config.sections.setdefault(path, {})
+                _walk(value, path, config, issues)
+            else:
+                issues.append(config.issue(prefix, name, f"must be the table [{path}]"))
             continue
         if schema is None and not prefix:
             # A top-level key or table that is not a section.

@@ -110,3 +110,11 @@ def test_it_checks_dataset_references_through_the_resolver():
     with pytest.raises(ConfigError) as caught:
         config_load(text, resolve_dataset=resolve)
     assert caught.value.lines() == ["[job] data (line 4): no dataset version 999"]
+
+
+def test_it_refuses_a_value_where_a_section_belongs():
+    text = reference_text().replace("use_qlora = false", "use_qlora = false\nvalidation = 1")
+    text = text[: text.index("[training.validation]")] + text[text.index("[hyperparameters]") :]
+    assert errors(text) == [
+        "[training] validation (line 19): must be the table [training.validation]"
+    ]
