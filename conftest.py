@@ -67,6 +67,20 @@ def chat_server(settings) -> Iterator[ChatServer]:
     server.stop()
 
 
+CHAT_KEY_VARIABLE = "STUDIO_TEST_CHAT_KEY"
+
+
+@pytest.fixture
+def chat_endpoint(db, chat_server, monkeypatch):
+    """An admin-named endpoint for the local chat server, its key in `STUDIO_TEST_CHAT_KEY`."""
+    from studio.models import Endpoint
+
+    monkeypatch.setenv(CHAT_KEY_VARIABLE, "sk-test-endpoint-key-0123456789")
+    return Endpoint.objects.create(
+        name="local-test", base_url=chat_server.url, api_key_env=CHAT_KEY_VARIABLE
+    )
+
+
 @pytest.fixture
 def celery_worker(transactional_db, settings) -> Iterator[object]:
     """A real Celery worker, in a thread of this process, consuming from the real broker.

@@ -16,9 +16,10 @@ from rollouts.crafter_env import library_versions
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.recorder import ClaimLost, EpisodeRecorder
+from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
+from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ def batch_create(
             policy=settings.policy,
             model=settings.model,
             endpoint=settings.base_url,
+            endpoint_name=settings.endpoint,
             seeds=list(settings.seeds),
             step_limit=settings.steps,
             image_size=settings.image_size,
@@ -160,8 +162,12 @@ def episode_claim(*, episode_id: int) -> str | None:
     return token
 
 
-def episode_run(*, episode_id: int) -> EpisodeOutcome:
-    """Claim, (re)play from the start and record one episode. Idempotent."""
+def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
+    """Claim, (re)play from the start and record one episode. Idempotent.
+
+    `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
+    operator gave when no admin-named endpoint is involved (`rollouts.model_endpoints`).
+    """
     token = episode_claim(episode_id=episode_id)
     if token is None:
         status = Episode.objects.filter(id=episode_id).values_list("status", flat=True).first()
@@ -175,7 +181,12 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
             Turn.objects.filter(episode=episode).delete()
             Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
-    policy = build_policy(settings, seed=int(episode.seed))
+    try:
+        policy = build_policy(settings, seed=int(episode.seed), cli_api_key=cli_api_key)
+    except PolicyUnavailable as exc:
+        batch_fail(batch=episode.batch, error=str(exc))
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
     recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
     try:
         totals = recorder.play()
@@ -218,7 +229,7 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
         episode=episode,
         claim_token=claim_token,
         status=Episode.Status.FAILED,
-        error=error[:4000],
+        error=storable(error, max_bytes=4000),
         totals=totals,
     )
 
@@ -262,14 +273,16 @@ def batch_fail(*, batch: RolloutBatch, error: str) -> None:
     now = timezone.now()
     with transaction.atomic():
         skipped = Episode.objects.filter(batch=batch, status=Episode.Status.PENDING).update(
-            status=Episode.Status.FAILED, error=f"batch stopped: {error}"[:4000], finished_at=now
+            status=Episode.Status.FAILED,
+            error=storable(f"batch stopped: {error}", max_bytes=4000),
+            finished_at=now,
         )
         RolloutBatch.objects.filter(id=batch.id).update(
             episodes_failed=F("episodes_failed") + skipped,
         )
         RolloutBatch.objects.filter(
             id=batch.id, status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING]
-        ).update(status=RolloutBatch.Status.FAILED, error=error[:4000])
+        ).update(status=RolloutBatch.Status.FAILED, error=storable(error, max_bytes=4000))
     # Episodes still running elsewhere end on their own and count themselves.
     RolloutBatch.objects.filter(
         id=batch.id, episodes_total__lte=F("episodes_finished") + F("episodes_failed")

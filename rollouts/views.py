@@ -172,6 +172,7 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         "frameUrl": reverse("rollouts:frame_image", args=["0" * 64]),
         "flagUrl": reverse("rollouts:turn_flag", args=[0]),
         "noteUrl": reverse("rollouts:turn_note", args=[0]),
+        "textUrl": reverse("rollouts:turn_text", args=[0, "model_text"]),
     }
     return render(
         request,
@@ -272,6 +273,20 @@ def turn_note(request: HttpRequest, turn_id: int) -> HttpResponse:
         return HttpResponseBadRequest("; ".join(form.errors.get("note", ["invalid note"])))
     services_review.turn_note(turn=turn, note=form.cleaned_data["note"], user=request.user)
     return _review_response(request, turn, "rollouts/partials/turn_note_saved.html")
+
+
+@require_GET
+def turn_text(request: HttpRequest, turn_id: int, field: str) -> HttpResponse:
+    """One text of a turn in full: the viewer receives long texts cut (`clip_for_page`)."""
+    if field not in selectors_review.TURN_TEXT_FIELDS:
+        raise Http404("no such text")
+    try:
+        text = selectors_review.turn_text(turn_id=turn_id, field=field)
+    except Turn.DoesNotExist as exc:
+        raise Http404("no such turn") from exc
+    # Plain text, never sniffed as HTML (SECURE_CONTENT_TYPE_NOSNIFF); the viewer sets it as
+    # textContent.
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
 def _turn_or_404(turn_id: int) -> Turn:
