@@ -83,7 +83,12 @@ def add_filter_arguments(parser, *, with_format: bool = True) -> None:
     parser.add_argument("--val-fraction", type=float, metavar="F")
     parser.add_argument("--history-frames", type=int, metavar="K")
     if with_format:
-        parser.add_argument("--format", choices=FORMATS)
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            help="studio (rows with metadata; default), openai (what OpenAI fine-tuning "
+            "accepts) or synth (synth-ai's SFT loader: flat tools, metadata kept)",
+        )
 
 
 def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, ExportOptions]:

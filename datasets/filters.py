@@ -19,7 +19,7 @@ from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch, Turn
 
 FLAGGED_CHOICES = ("any", "only", "exclude")
-FORMATS = ("studio", "openai")
+FORMATS = ("studio", "openai", "synth")
 # sft: one row per turn; preference: one row per pair of same-state answers (datasets.preferences)
 KINDS = ("sft", "preference")
 MAX_HISTORY_FRAMES = 9  # the current frame plus 9 is the provider's 10 images per row
@@ -220,6 +220,11 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
 
 def check_combination(filters: DatasetFilters, options: ExportOptions) -> None:
     """Options that are valid alone but not together."""
+    if options.kind == "preference" and options.format == "synth":
+        # synth-ai's loader reads SFT rows; preference rows go out as studio or OpenAI's DPO.
+        raise FilterError(
+            "kind: preference rows are written in the studio or openai format, not synth"
+        )
     if filters.include_text_fallback and options.format == "openai":
         # The openai format has no metadata: the inferred tool call could not be marked.
         raise FilterError(

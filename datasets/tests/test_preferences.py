@@ -211,3 +211,32 @@ def test_a_preference_version_exports_pairs_and_its_trl_download(original_and_fo
     (row,) = read_rows(default_storage.path(version.file.name))
     assert row["metadata"]["turn"] == 4
     assert version.hf_file.name.endswith(".hf.zip") and default_storage.exists(version.hf_file.name)
+
+
+def test_training_refuses_a_preference_version(original_and_fork, tmp_path):
+    from training.upload_files import DataRefused, upload_file_build
+
+    original, fork = original_and_fork
+    outcome(original, achievements=3, reward=2.9)
+    outcome(fork, achievements=1, reward=0.9)
+    dataset = services.dataset_create(
+        name="pairs",
+        filters=DatasetFilters(batches=(original.id, fork.id)),
+        options=ExportOptions(kind="preference"),
+    )
+    version = services.dataset_version_create(dataset=dataset, enqueue=False)
+    assert services.dataset_version_export(version_id=version.id) == "done"
+    version.refresh_from_db()
+    with pytest.raises(DataRefused) as refused:
+        upload_file_build(
+            version=version, provider="synth", role="train", directory=tmp_path, label="x"
+        )
+    assert "holds preference pairs" in refused.value.lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preference_rows_are_not_written_for_synth():
+    from datasets.filters import FilterError, check_combination
+
+    with pytest.raises(FilterError, match="not synth"):
+        check_combination(DatasetFilters(), ExportOptions(kind="preference", format="synth"))
