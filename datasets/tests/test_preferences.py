@@ -227,12 +227,14 @@ def test_training_refuses_a_preference_version(original_and_fork, tmp_path):
     version = services.dataset_version_create(dataset=dataset, enqueue=False)
     assert services.dataset_version_export(version_id=version.id) == "done"
     version.refresh_from_db()
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
     with pytest.raises(DataRefused) as refused:
         upload_file_build(
-            version=version, provider="synth", role="train", directory=tmp_path, label="x"
+            version=version, provider="synth", role="train", directory=uploads, label="x"
         )
     assert "holds preference pairs" in refused.value.lines[0]
-    assert list(tmp_path.iterdir()) == []
+    assert list(uploads.iterdir()) == []
 
 
 def test_preference_rows_are_not_written_for_synth():
