@@ -61,6 +61,8 @@ _TURN_FIELDS = (
     # The episode's own fields ride along: one query less per episode.
     "episode__batch_id",
     "episode__seed",
+    # A reviewer's correction, if any (exported as the tool call; the original in metadata).
+    "relabel__actions",
 )
 _JSON_FIELDS = ("request_messages", "tool_calls", "actions", "achievements_unlocked")
 _SMALL_JSON = 256
@@ -327,6 +329,7 @@ def export_files(
                 achievements_unlocked=parse(unlocked),
                 flagged=values[9],
                 frame=FrameRef(values[10], values[11]),
+                relabel_actions=values[14],
             )
             built = builder.row(record, episode, split=split)
             done += 1
@@ -422,6 +425,7 @@ def preview_rows(
             achievements_unlocked=parse(values[8]),
             flagged=values[9],
             frame=FrameRef(values[10], values[11]),
+            relabel_actions=values[14],
         )
         built = builder.row(record, episode)
         if filters.user_image and not built.user_has_image:

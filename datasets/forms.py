@@ -42,6 +42,17 @@ class DatasetForm(forms.Form):
     include_assistant = forms.BooleanField(required=False, label="Assistant image present")
     flagged = forms.ChoiceField(choices=[(c, c) for c in FLAGGED_CHOICES], initial="any")
     exclude_errors = forms.BooleanField(required=False, label="Exclude turns with errors")
+    relabeled = forms.ChoiceField(
+        choices=[("any", "any"), ("only", "relabeled only"), ("exclude", "exclude relabeled")],
+        initial="any",
+        label="Relabeled turns",
+        help_text="Turns a reviewer corrected export the correction as the tool call.",
+    )
+    include_fork_prefix = forms.BooleanField(
+        required=False,
+        label="Include forks' replayed turns",
+        help_text="A fork's turns before the fork point repeat its original; left out by default.",
+    )
     history_frames = forms.IntegerField(
         min_value=0, max_value=MAX_HISTORY_FRAMES, initial=0, required=False
     )
@@ -88,6 +99,8 @@ class DatasetForm(forms.Form):
                 include_assistant=bool(data.get("include_assistant")),
                 flagged=data.get("flagged") or "any",
                 exclude_errors=bool(data.get("exclude_errors")),
+                relabeled=data.get("relabeled") or "any",
+                include_fork_prefix=bool(data.get("include_fork_prefix")),
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,

@@ -10,6 +10,8 @@ from typing import Any
 from rollouts.crafter_env import ACTIONS
 
 POLICIES = ("scripted", "random", "openai")
+# `human` games are played in the browser (rollouts.services_play), never by a worker.
+HUMAN_POLICY = "human"
 DEFAULT_SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
 OBSERVATION_MODES = ("image_text", "image", "text")
 IMAGE_DETAILS = ("auto", "low", "high")
@@ -69,7 +71,7 @@ class RolloutSettings:
         self.validate()
 
     def validate(self) -> None:
-        if self.policy not in POLICIES:
+        if self.policy not in (*POLICIES, HUMAN_POLICY):
             raise SettingsError(f"policy: {self.policy!r} is not one of {', '.join(POLICIES)}")
         if not self.seeds:
             raise SettingsError("seeds: at least one seed is needed")

@@ -16,7 +16,7 @@ from rollouts.crafter_env import library_versions
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.recorder import ClaimLost, EpisodeRecorder
+from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals, ForkDiverged
 from rollouts.rollout_settings import RolloutSettings
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     """Send one task per unfinished episode. Safe to repeat: tasks claim before they play."""
     from rollouts.tasks import episode_run
 
+    if batch.policy == RolloutBatch.Policy.HUMAN:
+        return 0  # a person plays these, in the browser
     ids = list(
         batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
         .order_by("seed")
@@ -112,10 +114,20 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
             Turn.objects.filter(episode=episode).delete()
             Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
+    try:
+        prefix = _fork_prefix(episode)
+    except ValueError as exc:  # ForkError: the fork point is gone
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
     policy = build_policy(settings, seed=int(episode.seed))
-    recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
+    recorder = EpisodeRecorder(
+        episode=episode, settings=settings, policy=policy, claim_token=token, prefix=prefix
+    )
     try:
         totals = recorder.play()
+    except ForkDiverged as exc:
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
     except ClaimLost:
         logger.warning("episode %s: claim lost, leaving it to its new owner", episode_id)
         return "claim_lost"
@@ -138,6 +150,14 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
         policy.close()
     episode_finish(episode=episode, claim_token=token, totals=totals)
     return "finished"
+
+
+def _fork_prefix(episode: Episode):
+    if episode.forked_at_turn is None:
+        return None
+    from rollouts.services_fork import fork_prefix_of
+
+    return fork_prefix_of(episode=episode)
 
 
 def episode_finish(*, episode: Episode, claim_token: str, totals) -> None:
@@ -219,9 +239,10 @@ def episodes_requeue_stale() -> int:
 
     stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
     ids = list(
-        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale).values_list(
-            "id", flat=True
-        )
+        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
+        # A person's game waits for its player, however long: no worker can play it.
+        .exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+        .values_list("id", flat=True)
     )
     for episode_id in ids:
         episode_run_task.delay(episode_id)

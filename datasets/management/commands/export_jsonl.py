@@ -12,6 +12,7 @@ from datasets.exporting import ExportRefused, export_count, export_files
 from datasets.filters import (
     FLAGGED_CHOICES,
     FORMATS,
+    RELABELED_CHOICES,
     DatasetFilters,
     ExportOptions,
     FilterError,
@@ -30,6 +31,8 @@ _FILTER_FLAGS = (
     "user_image",
     "include_assistant",
     "flagged",
+    "relabeled",
+    "include_fork_prefix",
 )
 
 
@@ -58,6 +61,17 @@ class Command(StudioCommand):
             help="rows whose assistant messages hold an image as well (synth-ai's flag)",
         )
         parser.add_argument("--flagged", choices=FLAGGED_CHOICES)
+        parser.add_argument(
+            "--relabeled",
+            choices=RELABELED_CHOICES,
+            help="turns a reviewer corrected: any (default), only them, or none of them",
+        )
+        parser.add_argument(
+            "--include-fork-prefix",
+            action="store_true",
+            default=None,
+            help="also export the turns a fork replays from its original",
+        )
         parser.add_argument("--val-fraction", type=float, metavar="F")
         parser.add_argument(
             "--val-output", metavar="PATH", help="default: OUTPUT with .val.jsonl as suffix"
@@ -127,6 +141,8 @@ class Command(StudioCommand):
                     user_image=bool(options["user_image"]),
                     include_assistant=bool(options["include_assistant"]),
                     flagged=options["flagged"] or "any",
+                    relabeled=options["relabeled"] or "any",
+                    include_fork_prefix=bool(options["include_fork_prefix"]),
                 )
                 saved = ExportOptions()
             # Flags given on the command line override the dataset's saved export options.

@@ -7,21 +7,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.db import close_old_connections
 
 from rollouts import selectors, services
+from rollouts.management.policy_options import add_policy_arguments, settings_from_options
 from rollouts.models import Episode, RolloutBatch
-from rollouts.rollout_settings import (
-    DEFAULT_SCRIPT,
-    IMAGE_DETAILS,
-    OBSERVATION_MODES,
-    ON_BAD_OUTPUT,
-    POLICIES,
-    RolloutSettings,
-    SettingsError,
-    parse_seeds,
-)
+from rollouts.rollout_settings import POLICIES, RolloutSettings, SettingsError, parse_seeds
 from studio.commands import StudioCommand, progress_bar, usage_error
 
 
@@ -29,45 +20,10 @@ class Command(StudioCommand):
     help = "Record seeded Crafter episodes with a policy; the last line is a JSON summary."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--policy", choices=POLICIES)
-        parser.add_argument("--model", default="", help="model name (openai policy)")
-        parser.add_argument(
-            "--base-url", default="", help="OpenAI-compatible endpoint; default OPENAI_BASE_URL"
-        )
+        add_policy_arguments(parser, policies=POLICIES, steps_default=256)
         parser.add_argument("--seeds", default="0", help="7, 0-9 or 1,5,9-12")
-        parser.add_argument("--steps", type=int, default=256)
         parser.add_argument("--image-size", type=int, default=64)
-        parser.add_argument("--actions", nargs="+", default=list(DEFAULT_SCRIPT))
-        parser.add_argument(
-            "--history-frames", type=int, default=0, help="also show the last K frames (0-9)"
-        )
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=4,
-            help="most model requests in flight per endpoint, across all workers",
-        )
         parser.add_argument("--name", default="")
-        parser.add_argument("--temperature", type=float, default=0.0)
-        parser.add_argument("--max-tokens", type=int, default=512)
-        parser.add_argument("--image-detail", choices=IMAGE_DETAILS, default="auto")
-        parser.add_argument("--observation-mode", choices=OBSERVATION_MODES, default="image_text")
-        parser.add_argument(
-            "--on-bad-output",
-            choices=ON_BAD_OUTPUT,
-            default="noop",
-            help="after a failed call or unusable answer: play noop, or end the episode",
-        )
-        parser.add_argument(
-            "--max-retries", type=int, default=4, help="retries of a 429, 5xx, timeout or drop"
-        )
-        parser.add_argument("--request-timeout", type=float, default=60.0)
-        parser.add_argument(
-            "--requests-per-minute",
-            type=int,
-            default=0,
-            help="per endpoint, across all workers; 0 = no limit",
-        )
         parser.add_argument(
             "--resume",
             type=int,
@@ -99,25 +55,11 @@ class Command(StudioCommand):
 
     def _settings(self, options: dict[str, Any]) -> RolloutSettings:
         try:
-            return RolloutSettings(
-                policy=options["policy"],
+            return settings_from_options(
+                options,
                 seeds=tuple(parse_seeds(options["seeds"])),
-                steps=options["steps"],
                 image_size=options["image_size"],
-                actions=tuple(options["actions"]),
                 name=options["name"],
-                model=options["model"],
-                base_url=options["base_url"] or django_settings.OPENAI_BASE_URL,
-                history_frames=options["history_frames"],
-                concurrency=options["concurrency"],
-                temperature=options["temperature"],
-                max_tokens=options["max_tokens"],
-                image_detail=options["image_detail"],
-                observation_mode=options["observation_mode"],
-                on_bad_output=options["on_bad_output"],
-                max_retries=options["max_retries"],
-                request_timeout=options["request_timeout"],
-                requests_per_minute=options["requests_per_minute"],
             )
         except SettingsError as exc:
             raise usage_error(str(exc)) from exc

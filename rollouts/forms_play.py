@@ -1,0 +1,88 @@
+"""Forms of human play, forks and relabels. Options are validated by RolloutSettings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings as django_settings
+
+from rollouts.crafter_env import ACTIONS
+from rollouts.rollout_settings import (
+    DEFAULT_SCRIPT,
+    HUMAN_POLICY,
+    POLICIES,
+    RolloutSettings,
+    SettingsError,
+)
+from rollouts.services_review import RELABEL_MAX_ACTIONS, RELABEL_REASON_MAX_LENGTH
+
+MAX_SEED = 2**31 - 2
+
+
+class PlayNewForm(forms.Form):
+    seed = forms.IntegerField(min_value=0, max_value=MAX_SEED, initial=0)
+    steps = forms.IntegerField(
+        min_value=1, max_value=10_000, initial=1000, help_text="The game ends at this step."
+    )
+    image_size = forms.TypedChoiceField(
+        coerce=int,
+        choices=[(64, "64 px (what models see by default)"), (128, "128 px"), (256, "256 px")],
+        initial=64,
+        label="Image size",
+    )
+
+
+class ForkForm(forms.Form):
+    turn = forms.IntegerField(min_value=0)
+    policy = forms.ChoiceField(
+        choices=[(HUMAN_POLICY, "human (play it yourself)")] + [(p, p) for p in POLICIES],
+        initial=HUMAN_POLICY,
+    )
+    model = forms.CharField(max_length=200, required=False, help_text="openai policy")
+    base_url = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        label="Endpoint",
+        help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL.",
+    )
+    actions = forms.CharField(
+        required=False, initial=" ".join(DEFAULT_SCRIPT), help_text="scripted policy"
+    )
+    steps = forms.IntegerField(
+        min_value=1, max_value=10_000, required=False, help_text="default: the original's"
+    )
+    with_correction = forms.BooleanField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            self.rollout_settings = RolloutSettings(
+                policy=data["policy"],
+                model=data.get("model") or "",
+                base_url=data.get("base_url") or django_settings.OPENAI_BASE_URL,
+                actions=tuple((data.get("actions") or " ".join(DEFAULT_SCRIPT)).split()),
+            )
+        except SettingsError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+class RelabelForm(forms.Form):
+    actions = forms.CharField(required=False, help_text="action names separated by spaces")
+    reason = forms.CharField(required=False, max_length=RELABEL_REASON_MAX_LENGTH)
+    remove = forms.BooleanField(required=False)
+
+    def clean_actions(self) -> list[str]:
+        names = self.cleaned_data["actions"].split()
+        if self.data.get("remove"):
+            return []
+        if not 1 <= len(names) <= RELABEL_MAX_ACTIONS:
+            raise forms.ValidationError(f"pick 1 to {RELABEL_MAX_ACTIONS} actions")
+        unknown = [n for n in names if n not in ACTIONS]
+        if unknown:
+            raise forms.ValidationError(f"{unknown[0][:40]!r} is not one of crafter's actions")
+        return names

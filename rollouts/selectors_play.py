@@ -1,0 +1,52 @@
+"""Reads for the play page and the fork links of the episode viewer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollouts.models import Episode, Frame, Turn, TurnRelabel
+
+
+def play_state(*, episode: Episode) -> dict[str, Any]:
+    """What the play page shows: the last frame, its state, the turns played."""
+    frame = Frame.objects.filter(episode_id=episode.id).order_by("-step").first()
+    return {
+        "episode": episode.id,
+        "status": episode.status,
+        "turns": Turn.objects.filter(episode_id=episode.id).count(),
+        "step": frame.step if frame else 0,
+        "step_limit": episode.batch.step_limit,
+        "frame": frame.sha256 if frame else "",
+        "state": frame.state if frame else {},
+        "total_reward": round(float(episode.total_reward), 4),
+        "achievements": sorted(episode.achievements),
+    }
+
+
+def relabel_json(relabel: TurnRelabel) -> dict[str, Any]:
+    user = relabel.labeled_by
+    return {
+        "actions": list(relabel.actions),
+        "reason": relabel.reason,
+        "by": user.get_username() if user else "",
+        "at": relabel.labeled_at.isoformat(timespec="seconds"),
+    }
+
+
+def episode_relabels(*, episode_id: int) -> dict[int, dict[str, Any]]:
+    """{turn id: its correction} for the episode viewer."""
+    return {
+        r.turn_id: relabel_json(r)
+        for r in TurnRelabel.objects.filter(turn__episode_id=episode_id).select_related(
+            "labeled_by"
+        )
+    }
+
+
+def episode_forks(*, episode_id: int) -> list[dict[str, Any]]:
+    """The forks made of an episode, newest first: where each left it and how it went."""
+    return list(
+        Episode.objects.filter(forked_from_id=episode_id)
+        .order_by("-id")
+        .values("id", "forked_at_turn", "fork_with_correction", "status", "batch__policy")
+    )
