@@ -163,3 +163,4 @@ def _record_prefix_for_player(*, episode: Episode, prefix: ForkPrefix) -> None:
         achievements=totals.achievements,
         achievement_count=len(totals.achievements),
     )
+    episode.refresh_from_db()
