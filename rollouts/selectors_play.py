@@ -50,3 +50,19 @@ def episode_forks(*, episode_id: int) -> list[dict[str, Any]]:
         .order_by("-id")
         .values("id", "forked_at_turn", "fork_with_correction", "status", "batch__policy")
     )
+
+
+def unlocks_by_turn(*, turns: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """(achievement, position in the viewer, turn index) in the order they were unlocked.
+
+    Named after the turn whose actions unlocked it, not the step after it (turn 9 unlocks
+    at step 10): the chip links to the turn a reviewer wants to see.
+    """
+    found: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
+    for position, turn in enumerate(turns):
+        for name in turn["unlocked"]:
+            if name not in seen:
+                seen.add(name)
+                found.append((name, position, turn["index"]))
+    return found
