@@ -10,10 +10,16 @@ from rollouts.models import Episode, Frame, Turn, TurnRelabel
 def play_state(*, episode: Episode) -> dict[str, Any]:
     """What the play page shows: the last frame, its state, the turns played."""
     frame = Frame.objects.filter(episode_id=episode.id).order_by("-step").first()
+    turns = Turn.objects.filter(episode_id=episode.id).count()
+    return play_state_of(episode=episode, frame=frame, turns=turns)
+
+
+def play_state_of(*, episode: Episode, frame: Frame | None, turns: int) -> dict[str, Any]:
+    """The same, from what a key press already holds (no query)."""
     return {
         "episode": episode.id,
         "status": episode.status,
-        "turns": Turn.objects.filter(episode_id=episode.id).count(),
+        "turns": turns,
         "step": frame.step if frame else 0,
         "step_limit": episode.batch.step_limit,
         "frame": frame.sha256 if frame else "",

@@ -156,7 +156,8 @@ def play_step(*, episode_id: int, action: str, turn: int) -> PlayResult:
         else:
             snapshot_after = snapshot
             transaction.on_commit(lambda: _snapshot_save(episode_id, recorded + 1, snapshot_after))
-    episode.refresh_from_db()
+    if done:
+        episode.refresh_from_db()  # ended: its status and end time
     return PlayResult(
         episode=episode,
         frame=frame,

@@ -103,7 +103,9 @@ def play_step(request: HttpRequest, episode_id: int) -> HttpResponse:
         )
     except services_play.PlayError as exc:
         return _error(str(exc), 409)
-    state = selectors_play.play_state(episode=result.episode)
+    state = selectors_play.play_state_of(
+        episode=result.episode, frame=result.frame, turns=result.turns
+    )
     state.update(
         {"duplicate": result.duplicate, "reward": result.reward, "unlocked": result.unlocked}
     )
