@@ -118,6 +118,23 @@
     }
   }
 
+  function play(action) {
+    if (queue.length >= MAX_QUEUE) {
+      say("slow down: " + MAX_QUEUE + " keys are waiting", true);
+      return;
+    }
+    queue.push(action);
+    document.body.dataset.idle = "false";
+    drain();
+  }
+
+  // Touch screens have no keys: each action of the key map is a button too.
+  document.querySelectorAll("[data-play]").forEach((button) =>
+    button.addEventListener("click", () => {
+      if (config.canPlay && state.status === "running") play(button.dataset.play);
+    })
+  );
+
   document.addEventListener("keydown", (event) => {
     if (!config.canPlay || state.status !== "running") return;
     if (event.ctrlKey || event.metaKey || event.altKey) return;
@@ -127,13 +144,7 @@
     if (!action) return;
     event.preventDefault();
     if (event.repeat) return; // one press, one step
-    if (queue.length >= MAX_QUEUE) {
-      say("slow down: " + MAX_QUEUE + " keys are waiting", true);
-      return;
-    }
-    queue.push(action);
-    document.body.dataset.idle = "false";
-    drain();
+    play(action);
   });
 
   document.body.dataset.idle = "true";
