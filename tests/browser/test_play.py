@@ -23,6 +23,9 @@ chromium = viewer_tests.chromium
 studio_page = viewer_tests.studio_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# Each key press is a request that writes to PostgreSQL: on a loaded shared machine a few
+# take longer than Playwright's default 5 s wait.
+expect.set_options(timeout=20_000)
 
 SCREENSHOT = (
     ROOT / "docs" / "screenshots" / "play.png"
