@@ -1,0 +1,66 @@
+"""Reading and seeding admin-named endpoints (`studio.models.Endpoint`).
+
+Everything that sends a key asks this module for it, by endpoint: the key is looked up in
+the environment variable the admin named, and only ever paired with that endpoint's URL.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from studio.models import Endpoint
+
+
+class EndpointError(ValueError):
+    """An endpoint name or model that cannot be used; the message says why in one line."""
+
+
+def endpoints_enabled(*, kind: str) -> QuerySet[Endpoint]:
+    return Endpoint.objects.filter(kind=kind, enabled=True).order_by("name")
+
+
+def endpoint_get(*, name: str, kind: str) -> Endpoint:
+    endpoint = endpoints_enabled(kind=kind).filter(name=name).first()
+    if endpoint is None:
+        known = ", ".join(endpoints_enabled(kind=kind).values_list("name", flat=True))
+        raise EndpointError(
+            f"endpoint: no {kind} endpoint named {name!r}; "
+            + (f"known: {known}" if known else "an admin adds them under /admin/")
+        )
+    return endpoint
+
+
+def endpoint_check_model(*, endpoint: Endpoint, model: str) -> None:
+    if not endpoint.allows_model(model):
+        raise EndpointError(
+            f"model: {model!r} is not allowed on endpoint {endpoint.name!r}; "
+            f"allowed: {', '.join(endpoint.allowed_models)}"
+        )
+
+
+def endpoint_api_key(endpoint: Endpoint) -> str:
+    """The key for this endpoint from the worker's environment, or "" when none is named."""
+    return os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
+
+
+def endpoints_seed_defaults() -> list[Endpoint]:
+    """Create the endpoints the environment describes (`OPENAI_BASE_URL`, `SYNTH_BACKEND_URL`).
+
+    Only creates: an admin's later edits to an endpoint of the same name are kept.
+    """
+    wanted = []
+    if settings.OPENAI_BASE_URL:
+        wanted.append(("default", Endpoint.Kind.CHAT, settings.OPENAI_BASE_URL, "OPENAI_API_KEY"))
+    if settings.SYNTH_BACKEND_URL:
+        wanted.append(("synth", Endpoint.Kind.SYNTH, settings.SYNTH_BACKEND_URL, "SYNTH_API_KEY"))
+    created = []
+    for name, kind, base_url, key_env in wanted:
+        endpoint, was_created = Endpoint.objects.get_or_create(
+            name=name, defaults={"kind": kind, "base_url": base_url, "api_key_env": key_env}
+        )
+        if was_created:
+            created.append(endpoint)
+    return created

@@ -1,0 +1,66 @@
+"""Endpoints an admin has named: the only places a key is ever sent to."""
+
+from __future__ import annotations
+
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+ENV_VAR_NAME = RegexValidator(
+    r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name, such as OPENAI_API_KEY."
+)
+
+
+class Endpoint(models.Model):
+    """A model server or training provider, its base URL and where its key comes from.
+
+    The key itself never enters the database: only the *name* of the environment variable
+    that holds it on the workers. A key is sent to this base URL and nowhere else, so a user
+    who may only pick an endpoint cannot point the server's key at a listener of their own.
+    """
+
+    class Kind(models.TextChoices):
+        CHAT = "chat", "Model endpoint (chat completions)"
+        SYNTH = "synth", "Training: synth learning API"
+        OPENAI = "openai", "Training: OpenAI-compatible fine-tuning"
+
+    name = models.SlugField(max_length=60, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.CHAT)
+    base_url = models.URLField(max_length=500)
+    api_key_env = models.CharField(
+        "key variable",
+        max_length=100,
+        blank=True,
+        validators=[ENV_VAR_NAME],
+        help_text="Name of the environment variable that holds the key on the workers "
+        "(e.g. OPENAI_API_KEY); never the key itself. Empty: no key is sent.",
+    )
+    allowed_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Model ids users may pick, e.g. ["gpt-4o-mini"]; empty allows any.',
+    )
+    concurrency = models.PositiveIntegerField(
+        default=4, help_text="Default for model requests in flight, across all workers."
+    )
+    requests_per_minute = models.PositiveIntegerField(
+        default=0, help_text="Default limit across all workers; 0 = no limit."
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(concurrency__gte=1) & Q(concurrency__lte=256),
+                name="endpoint_concurrency_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def allows_model(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models

@@ -1,0 +1,63 @@
+import pytest
+from django.core.exceptions import ValidationError
+
+from studio.endpoints import (
+    EndpointError,
+    endpoint_api_key,
+    endpoint_check_model,
+    endpoint_get,
+    endpoints_seed_defaults,
+)
+from studio.models import Endpoint
+
+
+@pytest.mark.django_db
+def test_it_reads_the_key_from_the_named_variable_only(monkeypatch):
+    endpoint = Endpoint.objects.create(
+        name="local", base_url="http://127.0.0.1:9/v1", api_key_env="LOCAL_TEST_KEY"
+    )
+    monkeypatch.setenv("LOCAL_TEST_KEY", "sk-local")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-other")
+    assert endpoint_api_key(endpoint) == "sk-local"
+    endpoint.api_key_env = ""
+    assert endpoint_api_key(endpoint) == ""
+
+
+@pytest.mark.django_db
+def test_it_refuses_an_unknown_or_disabled_endpoint_naming_the_known_ones():
+    Endpoint.objects.create(name="local", base_url="http://127.0.0.1:9/v1")
+    Endpoint.objects.create(name="off", base_url="http://127.0.0.1:9/v1", enabled=False)
+    with pytest.raises(EndpointError, match="no chat endpoint named 'off'; known: local"):
+        endpoint_get(name="off", kind="chat")
+    with pytest.raises(EndpointError, match="no synth endpoint"):
+        endpoint_get(name="local", kind="synth")
+
+
+@pytest.mark.django_db
+def test_it_limits_models_when_a_list_is_given():
+    endpoint = Endpoint.objects.create(
+        name="local", base_url="http://127.0.0.1:9/v1", allowed_models=["a"]
+    )
+    endpoint_check_model(endpoint=endpoint, model="a")
+    with pytest.raises(EndpointError, match="'b' is not allowed"):
+        endpoint_check_model(endpoint=endpoint, model="b")
+
+
+@pytest.mark.django_db
+def test_it_rejects_a_key_where_a_variable_name_belongs():
+    endpoint = Endpoint(name="x", base_url="http://127.0.0.1:9/v1", api_key_env="sk-abc/123")
+    with pytest.raises(ValidationError, match="api_key_env"):
+        endpoint.full_clean()
+
+
+@pytest.mark.django_db
+def test_it_seeds_defaults_from_the_environment_once(settings):
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.SYNTH_BACKEND_URL = "http://127.0.0.1:10/api"
+    Endpoint.objects.all().delete()
+    created = endpoints_seed_defaults()
+    assert sorted((e.name, e.kind, e.api_key_env) for e in created) == [
+        ("default", "chat", "OPENAI_API_KEY"),
+        ("synth", "synth", "SYNTH_API_KEY"),
+    ]
+    assert endpoints_seed_defaults() == []
