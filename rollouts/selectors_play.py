@@ -39,16 +39,6 @@ def relabel_json(relabel: TurnRelabel) -> dict[str, Any]:
     }
 
 
-def episode_relabels(*, episode_id: int) -> dict[int, dict[str, Any]]:
-    """{turn id: its correction} for the episode viewer."""
-    return {
-        r.turn_id: relabel_json(r)
-        for r in TurnRelabel.objects.filter(turn__episode_id=episode_id).select_related(
-            "labeled_by"
-        )
-    }
-
-
 def episode_forks(*, episode_id: int) -> list[dict[str, Any]]:
     """The forks made of an episode, newest first: where each left it and how it went."""
     return list(

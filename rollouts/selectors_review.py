@@ -119,6 +119,11 @@ def episode_view(*, episode_id: int) -> EpisodeView:
             "retries",
             "flagged",
             "note",
+            # A reviewer's correction, if any (one LEFT JOIN, not a query per turn).
+            "relabel__actions",
+            "relabel__reason",
+            "relabel__labeled_by__username",
+            "relabel__labeled_at",
         )
     )
     for row in rows:
@@ -153,9 +158,21 @@ def episode_view(*, episode_id: int) -> EpisodeView:
                 "retries": row["retries"],
                 "flagged": row["flagged"],
                 "note": row["note"],
+                "relabel": _relabel(row),
             }
         )
     return EpisodeView(episode=episode, turns=turns, frame_count=len(frames))
+
+
+def _relabel(row: dict[str, Any]) -> dict[str, Any] | None:
+    if row["relabel__actions"] is None:
+        return None
+    return {
+        "actions": row["relabel__actions"],
+        "reason": row["relabel__reason"],
+        "by": row["relabel__labeled_by__username"] or "",
+        "at": row["relabel__labeled_at"].isoformat(timespec="seconds"),
+    }
 
 
 def request_image_steps(messages: Any) -> list[int]:

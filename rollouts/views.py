@@ -124,9 +124,6 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         start = 0
     start = min(max(start, 0), max(len(view.turns) - 1, 0))
     can_review = request.user.has_perm(REVIEW_PERMISSION)
-    relabels = selectors_play.episode_relabels(episode_id=episode_id)
-    for turn in view.turns:
-        turn["relabel"] = relabels.get(turn["id"])
     forks = selectors_play.episode_forks(episode_id=episode_id)
     config = {
         "turnIndex": start,
