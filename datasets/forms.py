@@ -45,6 +45,7 @@ class DatasetForm(forms.Form):
     relabeled = forms.ChoiceField(
         choices=[("any", "any"), ("only", "relabeled only"), ("exclude", "exclude relabeled")],
         initial="any",
+        required=False,
         label="Relabeled turns",
         help_text="Turns a reviewer corrected export the correction as the tool call.",
     )

@@ -67,6 +67,8 @@ def test_it_plays_30_keys_and_records_the_frames_of_an_inline_replay(
     page.fill("#id_steps", "400")
     page.click("main button[type=submit]")
     expect(page.locator("#play-status")).to_have_text("running")
+    # play.js has drawn the game (and listens to keys) once the body carries the turn count.
+    expect(page.locator("body")).to_have_attribute("data-turns", "0")
     episode = Episode.objects.get(batch__policy=RolloutBatch.Policy.HUMAN)
     for n, action in enumerate(ACTIONS, start=1):
         page.keyboard.press(_key(action))
