@@ -123,3 +123,32 @@ def test_a_forks_replayed_turns_are_left_out_unless_asked_for(tmp_path):
 def test_an_unknown_relabeled_choice_is_an_error():
     with pytest.raises(FilterError, match="relabeled"):
         DatasetFilters(relabeled="maybe")
+
+
+def test_the_dataset_page_counts_relabeled_turns_and_forks_own_turns(
+    editor_client, editor, tmp_path
+):
+    from django.urls import reverse
+
+    original = record(seeds=(4,), steps=10).episodes.get()
+    services_review.turn_relabel(
+        turn=original.turns.get(index=2), actions=["do"], reason="", user=editor
+    )
+    fork = services_fork.episode_fork(
+        source=original,
+        turn=6,
+        settings=services_fork.fork_settings(
+            source=original, settings=RolloutSettings(policy="random"), steps=None
+        ),
+        enqueue=False,
+    )
+    assert services.episode_run(episode_id=fork.id) == "finished"
+
+    def count(**extra) -> bytes:
+        query = {"name": "x", "flagged": "any", "format": "studio", **extra}
+        return editor_client.get(reverse("datasets:dataset_counts"), query).content
+
+    assert b'data-count="turns">14<' in count()  # 10 + the fork's own 4
+    assert b'data-count="turns">20<' in count(include_fork_prefix="on")
+    assert b'data-count="turns">1<' in count(relabeled="only")
+    assert b'data-count="turns">13<' in count(relabeled="exclude")

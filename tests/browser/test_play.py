@@ -85,6 +85,24 @@ def test_it_plays_30_keys_and_records_the_frames_of_an_inline_replay(
         str(episode.frames.get(step=30).state["vitals"]["health"])
     )
     expect(page.locator("#play-frame")).to_have_attribute("src", f"/frames/{recorded[-1]}.png")
+    # The same key sent twice at once (a retried request): one turn, one step.
+    statuses = page.evaluate(
+        """async () => {
+            const config = JSON.parse(document.getElementById("play-config").textContent);
+            const send = () => fetch(config.stepUrl, {
+                method: "POST",
+                headers: {"X-CSRFToken": config.csrf,
+                          "Content-Type": "application/x-www-form-urlencoded"},
+                body: "action=do&turn=30",
+            }).then((r) => r.json());
+            const answers = await Promise.all([send(), send()]);
+            return answers.map((a) => [a.turns, a.duplicate]);
+        }"""
+    )
+    assert sorted(statuses) == [[31, False], [31, True]]
+    assert episode.turns.count() == 31 and episode.frames.count() == 32
+    page.reload()
+    expect(page.locator("#play-step")).to_have_text("31")
     page.wait_for_load_state("networkidle")
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT))
