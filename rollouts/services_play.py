@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Count, F, OuterRef, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import F
 from django.utils import timezone
 
 from rollouts import services
@@ -110,7 +109,9 @@ def play_step(*, episode_id: int, action: str, turn: int) -> PlayResult:
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit = off")
         episode = _locked_game(episode_id)
-        recorded = episode.recorded_turns
+        # Counted after the lock, in a statement of its own: it sees the turn that the
+        # press before this one committed (a subquery of the locking statement would not).
+        recorded = Turn.objects.filter(episode_id=episode_id).count()
         if turn != recorded or episode.status != Episode.Status.RUNNING:
             if turn == recorded:
                 raise PlayError(f"episode {episode_id} has ended ({episode.status})")
@@ -185,19 +186,8 @@ def play_end(*, episode_id: int) -> Episode:
 
 def _locked_game(episode_id: int) -> Episode:
     """The game's episode, locked until the transaction ends: its key presses queue here."""
-    # The turn count comes with the lock, in the same query (a round trip less per key).
-    recorded = (
-        Turn.objects.filter(episode_id=OuterRef("pk"))
-        .order_by()
-        .values("episode_id")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
     episode = (
-        Episode.objects.select_for_update(of=("self",))
-        .select_related("batch")
-        .annotate(recorded_turns=Coalesce(Subquery(recorded), 0))
-        .get(id=episode_id)
+        Episode.objects.select_for_update(of=("self",)).select_related("batch").get(id=episode_id)
     )
     if episode.batch.policy != HUMAN:
         raise PlayError(f"episode {episode_id} is played by {episode.batch.policy}, not a person")

@@ -149,3 +149,33 @@ def test_a_snapshot_plays_on_like_the_game_it_was_taken_from():
     for _ in range(200):
         action = int(rng.integers(17))
         assert np.array_equal(env.step(action)[0], copy.step(action)[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_key_sent_at_once_from_many_places_records_one_turn(editor):
+    import threading
+
+    from django.db import connections
+
+    episode = _start(editor)
+    services_play.play_step(episode_id=episode.id, action="noop", turn=0)
+    barrier = threading.Barrier(6)
+    outcomes: list[object] = []
+
+    def press() -> None:
+        try:
+            barrier.wait()
+            result = services_play.play_step(episode_id=episode.id, action="do", turn=1)
+            outcomes.append(result.duplicate)
+        except Exception as exc:  # recorded: the assertion below names it
+            outcomes.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=press) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes, key=str) == [False] + [True] * 5, outcomes
+    assert episode.turns.count() == 2 and episode.frames.count() == 3

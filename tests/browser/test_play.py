@@ -165,6 +165,9 @@ def test_the_viewer_fits_800_px_and_its_keys_move_by_kind_and_relabel(
     expect(page.locator('[data-field="relabel"] .chip')).to_have_count(2)
     assert page.evaluate("document.documentElement.scrollWidth") <= 800
 
+    page.screenshot(path=str(ROOT / "var" / "screenshots" / "episode-viewer-800.png"))
+
     # The same page at 360 px: still no sideways scroll.
     page.set_viewport_size({"width": 360, "height": 800})
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    page.screenshot(path=str(ROOT / "var" / "screenshots" / "episode-viewer-360.png"))

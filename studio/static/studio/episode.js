@@ -173,7 +173,7 @@
     const relabel = turn.relabel;
     section("relabel", Boolean(relabel));
     chips("relabel", relabel ? relabel.actions : [], "action ok");
-    setText("relabel_meta", relabel ? "by " + (relabel.by || "?") + ", " + relabel.at.replace("T", " ") : "");
+    setText("relabel_meta", relabel ? "by " + (relabel.by || "?") + ", " + relabel.at.slice(0, 16).replace("T", " ") + " UTC" : "");
     setText("relabel_reason", relabel ? relabel.reason : "");
     if (forkTurn) forkTurn.value = String(turn.index);
     if (forkCorrection) {
@@ -360,7 +360,7 @@
     };
     for (const [name, color] of SERIES) line(turns.map((t) => (t.vitals || {})[name]), vitalY, color, name);
     line(cumulative, rewardY, "#2f6f3e", "reward");
-    chartCursor = svg("line", { y1: CHART.top - 4, y2: bottom, stroke: "#2b7bff", "stroke-width": 1.5, id: "chart-cursor" });
+    chartCursor = svg("line", { y1: CHART.top - 4, y2: bottom, stroke: "#1d1d1f", "stroke-width": 1.2, "stroke-dasharray": "3 2", id: "chart-cursor" });
     chart.appendChild(chartCursor);
     chart.addEventListener("click", (event) => {
       const box = chart.getBoundingClientRect();
