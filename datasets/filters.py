@@ -40,6 +40,9 @@ class DatasetFilters:
     include_assistant: bool = False
     flagged: str = "any"
     exclude_errors: bool = False
+    # Turns whose actions were read from the model's prose (Turn.text_fallback) carry a tool
+    # call the model never made: left out unless asked for, then marked in the metadata.
+    include_text_fallback: bool = False
     # Human in the loop: turns a reviewer corrected, and the replayed prefix of forks (the
     # original's turns again: left out unless asked for).
     relabeled: str = "any"
@@ -100,6 +103,8 @@ class ExportOptions:
     history_frames: int = 0
     format: str = "studio"
     val_fraction: float = 0.0
+    # An export that selects nothing is an error (a filter typo, not a dataset) unless asked.
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -204,6 +209,9 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
         qs = qs.filter(flagged=False)
     if filters.exclude_errors:
         qs = qs.filter(error="", error_kind="")
+    if not filters.include_text_fallback:
+        # A corrected turn's tool call is the reviewer's, not read from prose: it stays.
+        qs = qs.filter(Q(text_fallback=False) | Q(relabel__isnull=False))
     # Human in the loop. A fork's first `fork_prefix_turns` turns replay its original.
     if not filters.include_fork_prefix:
         qs = qs.filter(index__gte=F("episode__fork_prefix_turns"))
@@ -212,6 +220,16 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
     elif filters.relabeled == "exclude":
         qs = qs.filter(relabel__isnull=True)
     return qs
+
+
+def check_combination(filters: DatasetFilters, options: ExportOptions) -> None:
+    """Options that are valid alone but not together."""
+    if filters.include_text_fallback and options.format == "openai":
+        # The openai format has no metadata: the inferred tool call could not be marked.
+        raise FilterError(
+            "include-text-fallback: the openai format has no metadata to mark text-fallback "
+            "turns; use the studio format or leave them out"
+        )
 
 
 def check_references(filters: DatasetFilters) -> None:

@@ -61,6 +61,8 @@ class TurnRecord:
     achievements_unlocked: list[str]
     flagged: bool
     frame: FrameRef
+    # Actions read from the model's prose: the tool call in the row is inferred, not made.
+    text_fallback: bool = False
     # The actions a reviewer says the turn should have taken (None: not relabeled).
     relabel_actions: list[str] | None = None
 
@@ -252,6 +254,12 @@ class RowBuilder:
             + ("true" if record.flagged else "false")
             + ', "split": '
             + encode_basestring(split)
+            # A corrected row's tool call is a person's choice, not one read from prose.
+            + (
+                ', "text_fallback": true'
+                if record.text_fallback and not record.relabel_actions
+                else ""
+            )
             + (
                 ', "relabeled": {"original_actions": ' + dumps(list(record.actions)) + "}"
                 if record.relabel_actions

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
@@ -57,19 +58,33 @@ def batch_is_active(*, batch: RolloutBatch) -> bool:
 
 def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
     ordering = EPISODE_SORTS.get(sort, EPISODE_SORTS["seed"])
+    # Errors as the turns recorded them (a failed call or an unusable answer each).
+    turn_errors = (
+        Turn.objects.filter(episode=OuterRef("pk"))
+        .exclude(error_kind="", error="")
+        .order_by()
+        .values("episode")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     return (
         Episode.objects.filter(batch_id=batch_id)
         .defer("achievements", "claim_token")
+        .annotate(turn_errors=Coalesce(Subquery(turn_errors), 0))
         .order_by(*ordering)
     )
 
 
 def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
-    return Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
+    stats = Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
         mean_steps=Avg("steps"),
         mean_reward=Avg("total_reward"),
         mean_achievements=Avg("achievement_count"),
     )
+    stats["mean_latency_ms"] = Turn.objects.filter(
+        episode__batch_id=batch_id, latency_ms__gt=0
+    ).aggregate(m=Avg("latency_ms"))["m"]
+    return stats
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,10 @@ class TurnFilters:
     flagged: str = "any"  # any | only | exclude
     has_error: str = "any"  # any | yes | no
     achievement: str = ""
+    policy: str = ""
+    seed: int | None = None
+    reward: str = "any"  # any | positive | zero | negative
+    search: str = ""  # model text, note and observation text, case-insensitive
 
     def is_empty(self) -> bool:
         return self == TurnFilters()
@@ -221,6 +240,22 @@ def turns_filtered(*, filters: TurnFilters) -> QuerySet[Turn]:
         turns = turns.exclude(error="")
     elif filters.has_error == "no":
         turns = turns.filter(error="")
+    if filters.policy:
+        turns = turns.filter(episode__batch__policy=filters.policy)
+    if filters.seed is not None:
+        turns = turns.filter(episode__seed=filters.seed)
+    if filters.reward == "positive":
+        turns = turns.filter(reward__gt=0)
+    elif filters.reward == "zero":
+        turns = turns.filter(reward=0)
+    elif filters.reward == "negative":
+        turns = turns.filter(reward__lt=0)
+    if filters.search:
+        turns = turns.filter(
+            Q(model_text__icontains=filters.search)
+            | Q(note__icontains=filters.search)
+            | Q(observation_text__icontains=filters.search)
+        )
     if filters.achievement:
         if filters.achievement not in ACHIEVEMENTS:
             # An unknown name must not silently match nothing: forms reject it before here.
@@ -236,7 +271,23 @@ def _unlocked_lookup(name: str) -> Q:
     return Q(achievements_unlocked__icontains=f'"{name}"')
 
 
-def turn_list_page_rows(*, turns: QuerySet[Turn]) -> QuerySet[Turn]:
+# Sort keys of the turn list's columns -> the ordering they stand for; newest first by default.
+TURN_SORTS: dict[str, tuple[str, ...]] = {
+    "": ("-episode_id", "index"),
+    "batch": ("episode__batch_id", "episode_id", "index"),
+    "-batch": ("-episode__batch_id", "-episode_id", "index"),
+    "episode": ("episode_id", "index"),
+    "-episode": ("-episode_id", "index"),
+    "seed": ("episode__seed", "episode_id", "index"),
+    "-seed": ("-episode__seed", "-episode_id", "index"),
+    "turn": ("index", "episode_id"),
+    "-turn": ("-index", "episode_id"),
+    "reward": ("reward", "episode_id", "index"),
+    "-reward": ("-reward", "episode_id", "index"),
+}
+
+
+def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Turn]:
     """What a page of the turn list needs, without the heavy request and observation text."""
     return (
         turns.select_related("episode__batch", "frame")
@@ -261,7 +312,7 @@ def turn_list_page_rows(*, turns: QuerySet[Turn]) -> QuerySet[Turn]:
             "frame__sha256",
             "frame__step",
         )
-        .order_by("-episode_id", "index")
+        .order_by(*TURN_SORTS.get(sort, TURN_SORTS[""]))
     )
 
 
