@@ -152,3 +152,29 @@ def test_the_dataset_page_counts_relabeled_turns_and_forks_own_turns(
     assert b'data-count="turns">20<' in count(include_fork_prefix="on")
     assert b'data-count="turns">1<' in count(relabeled="only")
     assert b'data-count="turns">13<' in count(relabeled="exclude")
+
+
+def test_a_corrected_text_fallback_turn_is_exported_as_the_reviewers_call(
+    chat_server, editor, tmp_path
+):
+    chat_server.script(
+        replies.tool_call("move_left"),
+        replies.text("I will go right now: move_right"),
+        replies.tool_call("do"),
+    )
+    batch = record(policy="openai", model="test-vlm", base_url=chat_server.url, seeds=(4,), steps=3)
+    prose = Turn.objects.get(episode__batch=batch, index=1)
+    assert prose.text_fallback
+    out = tmp_path / "before.jsonl"
+    assert run("export_jsonl", "--output", str(out)).code == 0
+    assert [r["metadata"]["turn"] for r in read_rows(out)] == [0, 2]  # inferred call: left out
+    services_review.turn_relabel(turn=prose, actions=["move_right"], reason="", user=editor)
+    out = tmp_path / "after.jsonl"
+    assert run("export_jsonl", "--output", str(out)).code == 0
+    rows = read_rows(out)
+    assert [r["metadata"]["turn"] for r in rows] == [0, 1, 2]
+    fixed = rows[1]
+    assert _arguments(fixed) == ["move_right"]
+    assert fixed["messages"][-1]["content"] is None
+    assert "text_fallback" not in fixed["metadata"]
+    assert fixed["metadata"]["relabeled"] == {"original_actions": ["move_right"]}
