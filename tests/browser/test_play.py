@@ -63,7 +63,7 @@ def test_it_plays_30_keys_and_records_the_frames_of_an_inline_replay(
     page = studio_page
     _user("player", editor=True)
     _log_in_at(page, live_server.url, "/play/new/", "player")
-    page.fill("#id_seed", "11")
+    page.fill("#id_seed", "98")  # a seed where these keys collect wood and a sapling
     page.fill("#id_steps", "400")
     page.click("main button[type=submit]")
     expect(page.locator("#play-status")).to_have_text("running")
@@ -77,7 +77,7 @@ def test_it_plays_30_keys_and_records_the_frames_of_an_inline_replay(
             cache.clear()  # the server forgets the game mid-play: it is replayed
     expect(page.locator("#play-step")).to_have_text("30")
     recorded = list(episode.frames.order_by("step").values_list("sha256", flat=True))
-    assert recorded == _inline_hashes(ACTIONS, seed=11, steps=400)
+    assert recorded == _inline_hashes(ACTIONS, seed=98, steps=400)
     assert list(episode.turns.order_by("index").values_list("actions", flat=True)) == [
         [a] for a in ACTIONS
     ]
