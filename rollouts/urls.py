@@ -14,6 +14,7 @@ urlpatterns = [
     path("turns/bulk-flag/", views.turns_bulk_flag, name="turns_bulk_flag"),
     path("turns/<int:turn_id>/flag/", views.turn_flag, name="turn_flag"),
     path("turns/<int:turn_id>/note/", views.turn_note, name="turn_note"),
+    path("turns/<int:turn_id>/text/<str:field>/", views.turn_text, name="turn_text"),
     path("turns/<int:turn_id>/relabel/", views_play.turn_relabel, name="turn_relabel"),
     path("episodes/<int:episode_id>/fork/", views_play.episode_fork, name="episode_fork"),
     path("play/new/", views_play.play_new, name="play_new"),

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.management.base import CommandError
 
 from rollouts import services, services_fork
-from rollouts.management.policy_options import add_policy_arguments, settings_from_options
+from rollouts.management.commands.rollout import Command as RolloutCommand
 from rollouts.models import Episode
 from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError
-from studio.commands import StudioCommand, progress_bar, usage_error
+from studio.commands import progress_bar, usage_error
+
+# `rollout` options a fork does not take (its original decides them), with their defaults.
+_NOT_FOR_FORKS = {"seeds": "0", "image_size": 64, "resume": None, "name": ""}
 
 
-class Command(StudioCommand):
+class Command(RolloutCommand):
+    """`rollout`'s policy options (endpoint, model, limits), for one episode forked at K."""
+
     help = (
         "Fork an episode: replay its executed actions up to turn K (each frame checked against "
         "the original's sha256), then play on with a policy. The last line is a JSON summary; "
@@ -28,28 +35,43 @@ class Command(StudioCommand):
         parser.add_argument(
             "--turn", type=int, required=True, metavar="K", help="the turn the fork plays anew"
         )
-        add_policy_arguments(parser, policies=(*POLICIES, HUMAN_POLICY), steps_default=None)
         parser.add_argument(
             "--with-correction",
             action="store_true",
             help="play turn K's correction (relabel) first, then the policy",
         )
-        mode = parser.add_mutually_exclusive_group()
-        mode.add_argument("--wait", action="store_true", help="follow the fork to its end")
-        mode.add_argument("--inline", action="store_true", help="play here, no broker needed")
+        super().add_arguments(parser)
+        for action in parser._actions:
+            if action.dest == "policy":
+                action.choices = (*POLICIES, HUMAN_POLICY)
+            elif action.dest in _NOT_FOR_FORKS:
+                action.help = argparse.SUPPRESS
+        # The fork's step limit defaults to the original's.
+        parser.set_defaults(steps=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        given = [name for name, default in _NOT_FOR_FORKS.items() if options[name] != default]
+        if given:
+            raise usage_error(
+                f"--{given[0].replace('_', '-')}: a fork plays its original's seed and image size"
+            )
         if not options["policy"]:
             raise usage_error(f"--policy is required ({', '.join((*POLICIES, HUMAN_POLICY))})")
         source = Episode.objects.select_related("batch").filter(id=options["episode"]).first()
         if source is None:
             raise usage_error(f"episode: there is no episode {options['episode']}")
         human = options["policy"] == HUMAN_POLICY
+        policy_settings = self._settings(
+            {
+                **options,
+                "seeds": str(source.seed),
+                "image_size": source.batch.image_size,
+                "steps": options["steps"] or source.batch.step_limit,
+            }
+        )
         try:
             settings = services_fork.fork_settings(
-                source=source,
-                settings=settings_from_options(options, seeds=(int(source.seed),)),
-                steps=options["steps"],
+                source=source, settings=policy_settings, steps=options["steps"]
             )
             episode = services_fork.episode_fork(
                 source=source,
@@ -65,9 +87,9 @@ class Command(StudioCommand):
         elif human:
             pass  # its replay failed; the error is below
         elif options["inline"]:
-            services.episode_run(episode_id=episode.id)
+            services.episode_run(episode_id=episode.id, cli_api_key=django_settings.OPENAI_API_KEY)
         elif options["wait"]:
-            self._wait(episode)
+            self._wait_fork(episode)
         episode.refresh_from_db()
         self.stdout.write(
             json.dumps(
@@ -84,7 +106,7 @@ class Command(StudioCommand):
         if episode.status == Episode.Status.FAILED:
             raise CommandError(f"fork failed: {episode.error}", returncode=1)
 
-    def _wait(self, episode: Episode) -> None:
+    def _wait_fork(self, episode: Episode) -> None:
         bar = progress_bar(total=1, desc=f"fork {episode.id}", unit="episode")
         with bar:
             while Episode.objects.filter(
