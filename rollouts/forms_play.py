@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.conf import settings as django_settings
 
 from rollouts.crafter_env import ACTIONS
+from rollouts.model_endpoints import endpoint_settings
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     HUMAN_POLICY,
@@ -16,6 +16,8 @@ from rollouts.rollout_settings import (
     SettingsError,
 )
 from rollouts.services_review import RELABEL_MAX_ACTIONS, RELABEL_REASON_MAX_LENGTH
+from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
+from studio.models import Endpoint
 
 MAX_SEED = 2**31 - 2
 
@@ -40,12 +42,14 @@ class ForkForm(forms.Form):
         initial=HUMAN_POLICY,
     )
     model = forms.CharField(max_length=200, required=False, help_text="openai policy")
-    base_url = forms.URLField(
-        max_length=500,
+    # One of the endpoints an admin named, never a URL (as on the batch form): the server's
+    # keys go only to their own endpoint.
+    endpoint = forms.ModelChoiceField(
+        queryset=Endpoint.objects.none(),
+        to_field_name="name",
         required=False,
-        assume_scheme="https",
-        label="Endpoint",
-        help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL.",
+        empty_label="(endpoint)",
+        help_text="openai policy",
     )
     actions = forms.CharField(
         required=False, initial=" ".join(DEFAULT_SCRIPT), help_text="scripted policy"
@@ -55,17 +59,33 @@ class ForkForm(forms.Form):
     )
     with_correction = forms.BooleanField(required=False)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["endpoint"]
+        field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
+        default = field.queryset.filter(name="default").first()
+        field.initial = default.name if default is not None else None
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.errors:
             return data
+        values: dict[str, Any] = {
+            "policy": data["policy"],
+            "model": (data.get("model") or "").strip(),
+            "actions": tuple((data.get("actions") or " ".join(DEFAULT_SCRIPT)).split()),
+        }
+        if data["policy"] == "openai":
+            endpoint = data.get("endpoint")
+            if endpoint is None:
+                raise forms.ValidationError("endpoint: choose one of the endpoints an admin named")
+            try:
+                endpoint_check_model(endpoint=endpoint, model=values["model"])
+            except EndpointError as exc:
+                raise forms.ValidationError(str(exc)) from exc
+            values.update(endpoint_settings(endpoint))
         try:
-            self.rollout_settings = RolloutSettings(
-                policy=data["policy"],
-                model=data.get("model") or "",
-                base_url=data.get("base_url") or django_settings.OPENAI_BASE_URL,
-                actions=tuple((data.get("actions") or " ".join(DEFAULT_SCRIPT)).split()),
-            )
+            self.rollout_settings = RolloutSettings(**values)
         except SettingsError as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data

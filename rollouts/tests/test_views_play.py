@@ -191,3 +191,31 @@ def test_the_achievement_chip_names_and_links_the_turn_that_unlocked_it(editor_c
     page = editor_client.get(reverse("rollouts:episode_detail", args=[episode.id])).content
     assert f'href="?turn={turn.index}" data-turn="{turn.index}"'.encode() in page
     assert f"{name} <small>turn {turn.index}</small>".encode() in page
+
+
+def test_a_fork_played_by_a_model_uses_a_named_endpoint_never_a_typed_url(
+    editor_client, scripted, chat_server, chat_endpoint
+):
+    from rollouts import services
+    from rollouts.tests import openai_server as replies
+
+    url = reverse("rollouts:episode_fork", args=[scripted.id])
+    typed = editor_client.post(
+        url,
+        {"turn": 4, "policy": "openai", "model": "test-vlm", "base_url": "http://evil.invalid"},
+        follow=True,
+    )
+    assert b"Fork not made: endpoint: choose one of the endpoints" in typed.content
+    assert not Episode.objects.filter(forked_from=scripted).exists()
+    chat_server.script(*[replies.tool_call("do")] * 12)
+    made = editor_client.post(
+        url, {"turn": 4, "policy": "openai", "model": "test-vlm", "endpoint": "local-test"}
+    )
+    fork = Episode.objects.get(forked_from=scripted)
+    assert made["Location"] == reverse("rollouts:episode_detail", args=[fork.id])
+    assert (fork.batch.policy, fork.batch.endpoint) == ("openai", chat_server.url)
+    assert fork.batch.settings["endpoint"] == "local-test"
+    assert services.episode_run(episode_id=fork.id) == "finished"
+    assert [t.actions for t in fork.turns.order_by("index")][4:] == [["do"]] * 8
+    # The model saw the fork's own turns only: the replayed ones asked it nothing.
+    assert len(chat_server.requests) == 8
