@@ -44,13 +44,7 @@ class ForkForm(forms.Form):
     model = forms.CharField(max_length=200, required=False, help_text="openai policy")
     # One of the endpoints an admin named, never a URL (as on the batch form): the server's
     # keys go only to their own endpoint.
-    endpoint = forms.ModelChoiceField(
-        queryset=Endpoint.objects.none(),
-        to_field_name="name",
-        required=False,
-        empty_label="(endpoint)",
-        help_text="openai policy",
-    )
+    endpoint = forms.ChoiceField(required=False, help_text="openai policy")
     actions = forms.CharField(
         required=False, initial=" ".join(DEFAULT_SCRIPT), help_text="scripted policy"
     )
@@ -61,10 +55,11 @@ class ForkForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # One query for the choices (the viewer renders this form on every page).
+        names = list(endpoints_enabled(kind=Endpoint.Kind.CHAT).values_list("name", flat=True))
         field = self.fields["endpoint"]
-        field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
-        default = field.queryset.filter(name="default").first()
-        field.initial = default.name if default is not None else None
+        field.choices = [("", "(endpoint)"), *((n, n) for n in names)]
+        field.initial = "default" if "default" in names else None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -76,8 +71,9 @@ class ForkForm(forms.Form):
             "actions": tuple((data.get("actions") or " ".join(DEFAULT_SCRIPT)).split()),
         }
         if data["policy"] == "openai":
-            endpoint = data.get("endpoint")
-            if endpoint is None:
+            name = data.get("endpoint")
+            endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name=name).first()
+            if not name or endpoint is None:
                 raise forms.ValidationError("endpoint: choose one of the endpoints an admin named")
             try:
                 endpoint_check_model(endpoint=endpoint, model=values["model"])
