@@ -8,6 +8,7 @@ from datasets.filters import (
     FLAGGED_CHOICES,
     FORMATS,
     KINDS,
+    RELABELED_CHOICES,
     DatasetFilters,
     ExportOptions,
     FilterError,
@@ -28,6 +29,8 @@ FILTER_FLAGS = (
     "include_assistant",
     "flagged",
     "include_text_fallback",
+    "relabeled",
+    "include_fork_prefix",
     "top_per_seed",
     "at_or_above_mean",
 )
@@ -62,6 +65,17 @@ def add_filter_arguments(parser, *, with_format: bool = True) -> None:
         "--allow-empty",
         action="store_true",
         help="write the file even when no row matches (otherwise exit 1, nothing written)",
+    )
+    parser.add_argument(
+        "--relabeled",
+        choices=RELABELED_CHOICES,
+        help="turns a reviewer corrected: any (default), only them, or none of them",
+    )
+    parser.add_argument(
+        "--include-fork-prefix",
+        action="store_true",
+        default=None,
+        help="also export the turns a fork replays from its original",
     )
     parser.add_argument(
         "--top-per-seed",
@@ -119,6 +133,8 @@ def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, Expor
                 include_assistant=bool(options["include_assistant"]),
                 flagged=options["flagged"] or "any",
                 include_text_fallback=bool(options["include_text_fallback"]),
+                relabeled=options["relabeled"] or "any",
+                include_fork_prefix=bool(options["include_fork_prefix"]),
                 top_per_seed=options["top_per_seed"],
                 at_or_above_mean=bool(options["at_or_above_mean"]),
             )

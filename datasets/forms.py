@@ -117,6 +117,18 @@ class DatasetForm(forms.Form):
         required=False,
         label="Rows",
     )
+    relabeled = forms.ChoiceField(
+        choices=[("any", "any"), ("only", "relabeled only"), ("exclude", "exclude relabeled")],
+        initial="any",
+        required=False,
+        label="Relabeled turns",
+        help_text="Turns a reviewer corrected export the correction as the tool call.",
+    )
+    include_fork_prefix = forms.BooleanField(
+        required=False,
+        label="Include forks' replayed turns",
+        help_text="A fork's turns before the fork point repeat its original; left out by default.",
+    )
     history_frames = forms.IntegerField(
         min_value=0,
         max_value=MAX_HISTORY_FRAMES,
@@ -186,6 +198,8 @@ class DatasetForm(forms.Form):
                 flagged=data.get("flagged") or "any",
                 exclude_errors=bool(data.get("exclude_errors")),
                 include_text_fallback=bool(data.get("include_text_fallback")),
+                relabeled=data.get("relabeled") or "any",
+                include_fork_prefix=bool(data.get("include_fork_prefix")),
                 top_per_seed=data.get("top_per_seed"),
                 at_or_above_mean=bool(data.get("at_or_above_mean")),
             )

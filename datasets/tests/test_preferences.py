@@ -242,3 +242,29 @@ def test_preference_rows_are_not_written_for_synth():
 
     with pytest.raises(FilterError, match="not synth"):
         check_combination(DatasetFilters(), ExportOptions(kind="preference", format="synth"))
+
+
+def test_a_real_fork_and_its_original_give_one_pair_at_the_fork_turn():
+    from rollouts import services as rollout_services
+    from rollouts import services_fork
+    from rollouts.rollout_settings import RolloutSettings
+
+    original = record(seeds=(11,), steps=8, actions=ORIGINAL)
+    source = original.episodes.get()
+    settings = services_fork.fork_settings(
+        source=source, settings=RolloutSettings(policy="scripted", actions=("noop",)), steps=None
+    )
+    fork = services_fork.episode_fork(source=source, turn=4, settings=settings, enqueue=False)
+    assert rollout_services.episode_run(episode_id=fork.id) == "finished"
+    fork.refresh_from_db()
+    assert fork.forked_from_id == source.id
+    filters = DatasetFilters(batches=(original.id, fork.batch_id))
+    for better, worse in ((source, fork), (fork, source)):
+        Episode.objects.filter(id=better.id).update(achievement_count=2, total_reward=2.0)
+        Episode.objects.filter(id=worse.id).update(achievement_count=1, total_reward=1.0)
+        (pair,) = list(find_pairs(filters))
+        assert pair.turn == 4
+        assert (pair.chosen.episode_id, pair.rejected.episode_id) == (better.id, worse.id)
+    Episode.objects.filter(id=fork.id).update(achievement_count=2, total_reward=2.0)
+    Episode.objects.filter(id=source.id).update(achievement_count=2, total_reward=2.0)
+    assert list(find_pairs(filters)) == []
