@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, expect
 
 from datasets import services as dataset_services
 from datasets.filters import DatasetFilters, ExportOptions
+from datasets.models import DatasetImport
 from rollouts.models import Episode
 from rollouts.tests.helpers import record_batch
 from tests.browser.test_episode_viewer import (  # noqa: F401
@@ -40,6 +41,13 @@ def test_every_page_fits_the_screen(chromium: Browser, live_server, width: int):
         filters=DatasetFilters(batches=(scripted.id,)),
         options=ExportOptions(),
     )
+    # A finished import of a file with a long name; its row and page are on the import pages.
+    failed_import = DatasetImport.objects.create(
+        original_name="crafter_turns_" + "x" * 120 + ".jsonl",
+        upload="imports/none.jsonl",
+        status=DatasetImport.Status.FAILED,
+        error="line 3: the row has no messages",
+    )
     # A superuser: every link in the top bar (Admin too) and every form on the pages.
     User.objects.create_superuser("looker", password="looker-pass-123")
 
@@ -55,6 +63,7 @@ def test_every_page_fits_the_screen(chromium: Browser, live_server, width: int):
         "dataset": f"/datasets/{dataset.id}/",
         "dataset-new": "/datasets/new/",
         "import": "/datasets/import/",
+        "import-detail": f"/datasets/imports/{failed_import.id}/",
         "training": "/training/",
         "training-new": "/training/new/",
         "compare": f"/compare/?batches={scripted.id},{rand.id}",
