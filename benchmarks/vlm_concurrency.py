@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -42,6 +43,41 @@ WORKERS = 2
 TARGET_IDEAL = 0.7
 TARGET_SEQUENTIAL = 10.0
 SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
+
+
+def serve_chat(conn, delay: float) -> None:
+    """The local endpoint, in a process of its own (see `Endpoint`)."""
+    from rollouts.tests.openai_server import ChatServer, tool_call
+
+    server = ChatServer(delay=delay).start()
+    server.responder = lambda body: tool_call(SCRIPT[len(server.requests) % len(SCRIPT)])
+    conn.send(server.url)
+    while (command := conn.recv()) != "stop":
+        if command == "reset":
+            server.max_in_flight = 0
+        conn.send((len(server.requests), server.max_in_flight))
+    server.stop()
+
+
+class Endpoint:
+    """The chat server in its own process, as a model server is: in this one, its request
+    threads would share a GIL with the code that creates the batch and sends its tasks."""
+
+    def __init__(self, *, delay: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=serve_chat, args=(child, delay), daemon=True)
+        self._process.start()
+        self.url = self._conn.recv()
+
+    def counts(self, *, reset: bool = False) -> tuple[int, int]:
+        """(requests received so far, most in flight at once since the last reset)."""
+        self._conn.send("reset" if reset else "count")
+        return self._conn.recv()
+
+    def stop(self) -> None:
+        self._conn.send("stop")
+        self._process.join(timeout=10)
 
 
 def ensure_database(url: str) -> None:
@@ -133,6 +169,7 @@ def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
 
     started = time.monotonic()
     batch = services.batch_create(settings=settings)
+    batch.enqueue_s = time.monotonic() - started  # rows written and every task sent
     while time.monotonic() - started < timeout:
         batch.refresh_from_db()
         if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
@@ -192,14 +229,12 @@ def main() -> None:
     from django.core.management import call_command
 
     from rollouts.rollout_settings import RolloutSettings
-    from rollouts.tests.openai_server import ChatServer, tool_call
     from studio.celery import app
 
     call_command("migrate", verbosity=0)
     app.control.purge()
 
-    server = ChatServer(delay=DELAY).start()
-    server.responder = lambda body: tool_call(SCRIPT[len(server.requests) % len(SCRIPT)])
+    server = Endpoint(delay=DELAY)
 
     def settings(name: str, seeds: range, steps: int) -> RolloutSettings:
         return RolloutSettings(
@@ -224,17 +259,18 @@ def main() -> None:
         pids = [w.pid for w in workers]
         print("vlm_concurrency: warmed up, timed runs start", file=sys.stderr, flush=True)
         for _ in range(max(1, args.repeat)):
-            before = len(server.requests)
-            server.max_in_flight = 0
+            before, _ = server.counts(reset=True)
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
             elapsed, batch = run_batch(settings("vlm bench", seeds, args.turns))
+            cpu_after = cpu_seconds(pids)
+            after, max_in_flight = server.counts()
             runs.append(
                 (
                     elapsed,
                     batch,
-                    [a - b for a, b in zip(cpu_seconds(pids), cpu_before, strict=True)],
-                    len(server.requests) - before,
-                    server.max_in_flight,
+                    [a - b for a, b in zip(cpu_after, cpu_before, strict=True)],
+                    after - before,
+                    max_in_flight,
                     load,
                 )
             )
@@ -261,6 +297,7 @@ def main() -> None:
         "max_in_flight": max_in_flight,
         "elapsed_s": round(elapsed, 3),
         "elapsed_runs_s": [round(r[0], 3) for r in runs],
+        "enqueue_runs_s": [round(r[1].enqueue_s, 3) for r in runs],
         "ideal_s": round(ideal, 3),
         "ratio_to_ideal": round(ideal / elapsed, 3),
         # The workers' own CPU time (all their threads) per model call: what the game, the
