@@ -111,7 +111,8 @@ class DatasetForm(forms.Form):
         choices=[(f, FORMAT_LABELS.get(f, f)) for f in FORMATS],
         initial="studio",
         help_text="Studio: rows with metadata. OpenAI: what OpenAI fine-tuning accepts (no "
-        "metadata, at least 10 rows, at most 10 images a row).",
+        "metadata, at least 10 rows, at most 10 images a row). Synth: what synth-ai's SFT "
+        "loader accepts (flat tools, metadata kept).",
     )
     val_fraction = forms.FloatField(
         min_value=0.0,
@@ -203,3 +204,8 @@ class DatasetForm(forms.Form):
 class ImportForm(forms.Form):
     file = forms.FileField(help_text="JSONL: this studio's rows, synth-ai SFT rows or OpenAI chat")
     name = forms.CharField(max_length=200, required=False)
+    skip_existing = forms.BooleanField(
+        required=False,
+        label="Skip turns already here",
+        help_text="Leave out rows whose turns are in the studio already (else: refuse the file).",
+    )

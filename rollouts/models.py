@@ -126,6 +126,8 @@ class Episode(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     claim_token = models.CharField(max_length=64, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When a message was last handed to the broker; null: never (the broker was down).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -19,6 +19,8 @@ from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
+from studio import queue
+from studio.errors import plain_error
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
@@ -58,14 +60,23 @@ def batch_create(
             numpy_version=versions["numpy"],
             opensimplex_version=versions["opensimplex"],
         )
-        Episode.objects.bulk_create(Episode(batch=batch, seed=seed) for seed in settings.seeds)
+        # Without enqueue the caller plays them (`--inline`): stamped as handed over, so the
+        # periodic requeue never sends them to workers behind its back.
+        handed = None if enqueue else timezone.now()
+        Episode.objects.bulk_create(
+            Episode(batch=batch, seed=seed, enqueued_at=handed) for seed in settings.seeds
+        )
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
 
 
 def batch_enqueue(*, batch: RolloutBatch) -> int:
-    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play."""
+    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play.
+
+    Returns how many were sent; fewer than asked when the broker is down, and those left
+    are sent by the periodic requeue once it is back (their `enqueued_at` stays empty).
+    """
     from rollouts.tasks import episode_run
 
     ids = list(
@@ -73,9 +84,10 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
         .order_by("seed")
         .values_list("id", flat=True)
     )
-    for episode_id in ids:
-        episode_run.delay(episode_id)
-    return len(ids)
+    if ids:
+        # Re-sent episodes count as never sent until their new message has left.
+        Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
+    return queue.resend(Episode, episode_run, ids)
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
@@ -89,6 +101,11 @@ def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
             status=Episode.Status.PENDING, error="", claim_token="", finished_at=None
         )
         left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
+        if not enqueue:
+            # The caller plays them (`--inline`): the periodic requeue must leave them alone.
+            Episode.objects.filter(batch=locked, status=Episode.Status.PENDING).update(
+                enqueued_at=timezone.now()
+            )
         if left:
             RolloutBatch.objects.filter(id=locked.id).update(
                 episodes_failed=F("episodes_failed") - reset,
@@ -204,7 +221,7 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
         episode_fail(
             episode=episode,
             claim_token=token,
-            error=f"{type(exc).__name__}: {exc}",
+            error=plain_error(exc),
             totals=recorder.totals,
         )
         return "failed"
@@ -290,7 +307,7 @@ def batch_fail(*, batch: RolloutBatch, error: str) -> None:
 
 
 def episodes_requeue_stale() -> int:
-    """Re-send episodes whose worker died (stale heartbeat) or whose message was lost."""
+    """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
     from rollouts.tasks import episode_run as episode_run_task
 
     stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
@@ -299,6 +316,9 @@ def episodes_requeue_stale() -> int:
             "id", flat=True
         )
     )
-    for episode_id in ids:
-        episode_run_task.delay(episode_id)
-    return len(ids)
+    # Pending episodes whose message never left (broker down) or was lost with its data.
+    ids += queue.waiting_ids(
+        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED),
+        created_field="batch__created_at",
+    )
+    return queue.resend(Episode, episode_run_task, ids)

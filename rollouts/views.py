@@ -34,6 +34,7 @@ from rollouts.forms import (
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.scoring import crafter_score, score_text
+from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVIEW_PERMISSION = "rollouts.review_turn"
@@ -71,9 +72,16 @@ def batch_create(request: HttpRequest) -> HttpResponse:
     form = BatchCreateForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         batch = services.batch_create(settings=form.rollout_settings, created_by=request.user)
-        messages.success(
-            request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
-        )
+        if selectors.batch_episodes_unsent(batch_id=batch.id):
+            messages.warning(
+                request,
+                f"Batch {batch.id} saved, but {QUEUE_UNREACHABLE}; "
+                "the batch will start when it is back.",
+            )
+        else:
+            messages.success(
+                request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
+            )
         return redirect("rollouts:batch_detail", batch_id=batch.id)
     return render(
         request, "rollouts/batch_new.html", {"form": form, "source": source if initial else None}
@@ -87,7 +95,9 @@ def batch_resume(request: HttpRequest, batch_id: int) -> HttpResponse:
     if batch.policy == RolloutBatch.Policy.IMPORTED:
         return HttpResponseBadRequest("an imported batch has nothing to play")
     left = services.batch_resume(batch=batch)
-    if left:
+    if left and selectors.batch_episodes_unsent(batch_id=batch.id):
+        messages.warning(request, f"{QUEUE_UNREACHABLE}; the batch will start when it is back.")
+    elif left:
         messages.success(request, f"Resumed: {left} unfinished episode{pluralize(left)} queued.")
     else:
         messages.info(request, "Every episode of this batch has finished; nothing to resume.")

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "rollouts",
     "datasets",
     "training",
+    "evaluation",
 ]
 
 MIDDLEWARE = [
@@ -181,7 +182,20 @@ CELERY_BEAT_SCHEDULE = {
         "task": "rollouts.tasks.episodes_requeue_stale",
         "schedule": 60.0,
     },
+    "requeue-waiting-datasets": {
+        "task": "datasets.tasks.datasets_requeue_waiting",
+        "schedule": 60.0,
+    },
+    "poll-training-jobs": {
+        "task": "training.tasks.training_jobs_poll",
+        "schedule": env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0),
+    },
 }
+# Work whose message never reached the broker (it was down) is sent again by the periodic
+# requeue once it is this old; work sent but still not started after the second figure is
+# presumed lost with the broker's data and sent again (claims make duplicates harmless).
+STUDIO_REQUEUE_GRACE_SECONDS = env.int("STUDIO_REQUEUE_GRACE_SECONDS", default=30)
+STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", default=3600)
 
 # An episode whose worker has not written for this long is presumed dead and may be re-claimed.
 STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
@@ -189,6 +203,16 @@ STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=3
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
 # The largest JSONL file the import page takes (the command reads files of any size).
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
+# The longest line an import reads (images are inline); a longer one is refused mid-read.
+STUDIO_IMPORT_MAX_LINE_BYTES = env.int("STUDIO_IMPORT_MAX_LINE_BYTES", default=64 * 1024 * 1024)
+
+# --- training ---
+# Retries of a provider call that failed with 429, 5xx or a network error.
+STUDIO_TRAINING_MAX_RETRIES = env.int("STUDIO_TRAINING_MAX_RETRIES", default=4)
+# How often the beat task asks the provider about each active job.
+STUDIO_TRAINING_POLL_SECONDS = env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0)
+# A submission whose worker has not written for this long is presumed dead and re-claimed.
+STUDIO_TRAINING_STALE_SECONDS = env.int("STUDIO_TRAINING_STALE_SECONDS", default=300)
 
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")

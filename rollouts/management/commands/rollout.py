@@ -34,6 +34,7 @@ from studio.endpoints import (
     endpoints_seed_defaults,
 )
 from studio.models import Endpoint
+from studio.queue import QUEUE_UNREACHABLE
 
 
 class Command(StudioCommand):
@@ -114,6 +115,9 @@ class Command(StudioCommand):
                 raise usage_error("--policy is required (scripted, random or openai)")
             settings = self._settings(options)
             batch = services.batch_create(settings=settings, enqueue=not options["inline"])
+        if not options["inline"] and selectors.batch_episodes_unsent(batch_id=batch.id):
+            # Saved, not lost: the periodic requeue sends it once the broker answers again.
+            self.stderr.write(f"{QUEUE_UNREACHABLE}; the batch will start when it is back")
         if options["inline"]:
             self._play_inline(batch)
         elif options["wait"]:
