@@ -1,12 +1,17 @@
-"""How well the `openai` policy overlaps model calls: 2 Celery workers vs the ideal and a loop.
+"""How well the `openai` policy overlaps model calls: Celery workers vs the ideal and a loop.
 
-A local chat-completions server answers every call after 200 ms. A batch of 32 episodes x 10
-turns (one action per turn, so 320 calls) runs with `--concurrency 16` on two real worker
-processes (`celery -A studio worker --pool threads --concurrency 16`), through Redis and
-PostgreSQL. The ideal is calls x 0.2 s / 16; the baseline is the same batch played one
-episode after another in one process, as synth-ai's scripts did.
+A local chat-completions server answers every call after 200 ms. A batch of 64 episodes x 5
+turns (one action per turn, so 320 calls) runs at batch `--concurrency 64` on real worker
+processes (`celery -A studio worker --pool threads --concurrency N`; by default 2 of them,
+one per core, 32 threads each), through Redis and PostgreSQL. The ideal is
+calls x 0.2 s / 64; the baseline is the same batch played one episode after another in one
+process, as synth-ai's scripts did. Both sides are best of `--repeat` runs.
+
+`cpu_per_call_ms` is the workers' own CPU time (user + system, all threads) over the calls
+they made: what one call costs a worker, whatever the host's load.
 
     python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential]
+        [--episodes 64] [--turns 5] [--concurrency 64] [--workers 2] [--threads 32]
 
 Reads DATABASE_URL (default: a `studio_bench` PostgreSQL database, created and migrated
 here) and CELERY_BROKER_URL (default redis://127.0.0.1:6379/0). Prints one JSON object.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -29,15 +35,49 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-EPISODES = 32
-TURNS = 10
+EPISODES = 64
+TURNS = 5
 DELAY = 0.2
-CONCURRENCY = 16
+CONCURRENCY = 64
 WORKERS = 2
-THREADS = 16
 TARGET_IDEAL = 0.7
 TARGET_SEQUENTIAL = 10.0
 SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
+
+
+def serve_chat(conn, delay: float) -> None:
+    """The local endpoint, in a process of its own (see `Endpoint`)."""
+    from rollouts.tests.openai_server import ChatServer, tool_call
+
+    server = ChatServer(delay=delay).start()
+    server.responder = lambda body: tool_call(SCRIPT[len(server.requests) % len(SCRIPT)])
+    conn.send(server.url)
+    while (command := conn.recv()) != "stop":
+        if command == "reset":
+            server.max_in_flight = 0
+        conn.send((len(server.requests), server.max_in_flight))
+    server.stop()
+
+
+class Endpoint:
+    """The chat server in its own process, as a model server is: in this one, its request
+    threads would share a GIL with the code that creates the batch and sends its tasks."""
+
+    def __init__(self, *, delay: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=serve_chat, args=(child, delay), daemon=True)
+        self._process.start()
+        self.url = self._conn.recv()
+
+    def counts(self, *, reset: bool = False) -> tuple[int, int]:
+        """(requests received so far, most in flight at once since the last reset)."""
+        self._conn.send("reset" if reset else "count")
+        return self._conn.recv()
+
+    def stop(self) -> None:
+        self._conn.send("stop")
+        self._process.join(timeout=10)
 
 
 def ensure_database(url: str) -> None:
@@ -51,12 +91,14 @@ def ensure_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen]:
+def start_workers(
+    env: dict[str, str], logs: Path, *, workers: int, threads: int
+) -> list[subprocess.Popen]:
     celery = str(Path(sys.executable).with_name("celery"))
-    workers = []
-    for i in range(WORKERS):
+    started = []
+    for i in range(workers):
         log = open(logs / f"worker{i}.log", "w")  # noqa: SIM115  closed with the process
-        workers.append(
+        started.append(
             subprocess.Popen(
                 [
                     *([celery] if Path(celery).exists() else [sys.executable, "-m", "celery"]),
@@ -66,7 +108,7 @@ def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen]:
                     "--pool",
                     "threads",
                     "--concurrency",
-                    str(THREADS),
+                    str(threads),
                     "-n",
                     f"vlm-bench-{i}@%h",
                     "--loglevel",
@@ -82,7 +124,7 @@ def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen]:
                 start_new_session=True,
             )
         )
-    return workers
+    return started
 
 
 def stop_workers(workers: list[subprocess.Popen]) -> None:
@@ -103,21 +145,22 @@ def wait_for_workers(app, workers: list[subprocess.Popen]) -> None:
         if any(w.poll() is not None for w in workers):
             raise RuntimeError("a worker exited while starting")
         names = {name for reply in app.control.ping(timeout=0.5) for name in reply}
-        if sum(name.startswith("vlm-bench-") for name in names) >= WORKERS:
+        if sum(name.startswith("vlm-bench-") for name in names) >= len(workers):
             return
     raise RuntimeError("workers did not answer a ping within 60 s")
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes so far (Linux), 0 where unknown."""
-    total = 0.0
+def cpu_seconds(pids: list[int]) -> list[float]:
+    """User + system CPU time of each process so far, all its threads (Linux; 0 if unknown)."""
+    times = []
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
+            times.append(0.0)
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        times.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    return times
 
 
 def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
@@ -126,6 +169,7 @@ def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
 
     started = time.monotonic()
     batch = services.batch_create(settings=settings)
+    batch.enqueue_s = time.monotonic() - started  # rows written and every task sent
     while time.monotonic() - started < timeout:
         batch.refresh_from_db()
         if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
@@ -151,8 +195,18 @@ def run_sequential(settings) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-sequential", action="store_true")
-    parser.add_argument("--repeat", type=int, default=3, help="concurrent runs; the best counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side; the best counts")
+    parser.add_argument("--episodes", type=int, default=EPISODES)
+    parser.add_argument("--turns", type=int, default=TURNS, help="turns (model calls) per episode")
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="the batch's")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="worker processes")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="threads per worker (default: concurrency/workers)"
+    )
+    parser.add_argument("--history-frames", type=int, default=0, help="frames of history per call")
     args = parser.parse_args()
+    workers_n = max(1, args.workers)
+    threads = args.threads or max(1, -(-args.concurrency // workers_n))
 
     database_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/studio_bench")
     broker_url = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
@@ -175,88 +229,101 @@ def main() -> None:
     from django.core.management import call_command
 
     from rollouts.rollout_settings import RolloutSettings
-    from rollouts.tests.openai_server import ChatServer, tool_call
     from studio.celery import app
 
     call_command("migrate", verbosity=0)
     app.control.purge()
 
-    server = ChatServer(delay=DELAY).start()
-    server.responder = lambda body: tool_call(SCRIPT[len(server.requests) % len(SCRIPT)])
-    workers = start_workers(env, scratch)
+    server = Endpoint(delay=DELAY)
+
+    def settings(name: str, seeds: range, steps: int) -> RolloutSettings:
+        return RolloutSettings(
+            policy="openai",
+            model="bench-vlm",
+            base_url=server.url,
+            seeds=tuple(seeds),
+            steps=steps,
+            concurrency=args.concurrency,
+            history_frames=args.history_frames,
+            name=name,
+        )
+
+    seeds = range(args.episodes)
+    workers = start_workers(env, scratch, workers=workers_n, threads=threads)
     try:
         wait_for_workers(app, workers)
-
-        def settings(name: str, seeds: range, steps: int) -> RolloutSettings:
-            return RolloutSettings(
-                policy="openai",
-                model="bench-vlm",
-                base_url=server.url,
-                seeds=tuple(seeds),
-                steps=steps,
-                concurrency=CONCURRENCY,
-                name=name,
-            )
-
-        # Warm both workers (imports, JIT, connections) on other seeds, untimed.
-        run_batch(settings("vlm bench warm-up", range(1000, 1000 + EPISODES), 1))
+        # Warm the workers (imports, JIT, connections, every thread) on other seeds, untimed.
+        run_batch(settings("vlm bench warm-up", range(1000, 1000 + args.episodes), 1))
         # Best of a few runs: on a shared host the others' load, not this code, adds the noise.
         runs = []
         pids = [w.pid for w in workers]
-        for _ in range(args.repeat):
-            before = len(server.requests)
-            server.max_in_flight = 0
+        print("vlm_concurrency: warmed up, timed runs start", file=sys.stderr, flush=True)
+        for _ in range(max(1, args.repeat)):
+            before, _ = server.counts(reset=True)
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
-            elapsed, batch = run_batch(settings("vlm bench", range(EPISODES), TURNS))
+            elapsed, batch = run_batch(settings("vlm bench", seeds, args.turns))
+            cpu_after = cpu_seconds(pids)
+            after, max_in_flight = server.counts()
             runs.append(
                 (
                     elapsed,
                     batch,
-                    cpu_seconds(pids) - cpu_before,
-                    len(server.requests) - before,
-                    server.max_in_flight,
+                    [a - b for a, b in zip(cpu_after, cpu_before, strict=True)],
+                    after - before,
+                    max_in_flight,
                     load,
                 )
             )
-        elapsed, batch, worker_cpu, calls, max_in_flight, load = min(runs, key=lambda r: r[0])
-        ideal = calls * DELAY / CONCURRENCY
-        result: dict[str, object] = {
-            "benchmark": "vlm_concurrency",
-            "episodes": EPISODES,
-            "turns_per_episode": TURNS,
-            "server_delay_s": DELAY,
-            "concurrency": CONCURRENCY,
-            "workers": WORKERS,
-            "threads_per_worker": THREADS,
-            "batch_status": batch.status,
-            "all_runs_finished": all(r[1].status == "finished" for r in runs),
-            "model_calls": calls,
-            "recorded_model_calls": batch.model_calls,
-            "model_errors": batch.model_errors,
-            "max_in_flight": max_in_flight,
-            "elapsed_s": round(elapsed, 3),
-            "elapsed_runs_s": [round(r[0], 3) for r in runs],
-            "ideal_s": round(ideal, 3),
-            "ratio_to_ideal": round(ideal / elapsed, 3),
-            # The workers' own CPU time while the batch ran, and what else the host was
-            # doing: on a small or busy host the game and the recorder, not the calls, set
-            # the pace.
-            "worker_cpu_s": round(worker_cpu, 2),
-            "host_cpus": os.cpu_count(),
-            "host_load_1m_before": round(load, 2),
-        }
     finally:
         stop_workers(workers)
+
+    elapsed, batch, cpu_each, calls, max_in_flight, load = min(runs, key=lambda r: r[0])
+    worker_cpu = sum(cpu_each)
+    ideal = calls * DELAY / args.concurrency
+    result: dict[str, object] = {
+        "benchmark": "vlm_concurrency",
+        "episodes": args.episodes,
+        "turns_per_episode": args.turns,
+        "server_delay_s": DELAY,
+        "concurrency": args.concurrency,
+        "history_frames": args.history_frames,
+        "workers": workers_n,
+        "threads_per_worker": threads,
+        "batch_status": batch.status,
+        "all_runs_finished": all(r[1].status == "finished" for r in runs),
+        "model_calls": calls,
+        "recorded_model_calls": batch.model_calls,
+        "model_errors": batch.model_errors,
+        "max_in_flight": max_in_flight,
+        "elapsed_s": round(elapsed, 3),
+        "elapsed_runs_s": [round(r[0], 3) for r in runs],
+        "enqueue_runs_s": [round(r[1].enqueue_s, 3) for r in runs],
+        "ideal_s": round(ideal, 3),
+        "ratio_to_ideal": round(ideal / elapsed, 3),
+        # The workers' own CPU time (all their threads) per model call: what the game, the
+        # request, the answer and the rows cost, whatever else the host was doing.
+        "worker_cpu_s": round(worker_cpu, 2),
+        "worker_cpu_each_s": [round(cpu, 2) for cpu in cpu_each],
+        "cpu_per_call_ms": round(1000 * worker_cpu / max(calls, 1), 2),
+        "cpu_per_call_runs_ms": [round(1000 * sum(r[2]) / max(r[3], 1), 2) for r in runs],
+        "host_cpus": os.cpu_count(),
+        "host_load_1m_before": round(load, 2),
+        "host_load_1m_runs": [round(r[5], 2) for r in runs],
+    }
 
     if args.skip_sequential:
         sequential = calls * DELAY
         result["sequential_s"] = round(sequential, 3)
         result["sequential_measured"] = False
     else:
-        sequential, seq_batch = run_sequential(
-            settings("vlm bench sequential", range(EPISODES), TURNS)
-        )
+        # The same batch played episode after episode in this process, best of as many runs.
+        sequential_runs = [
+            run_sequential(settings("vlm bench sequential", seeds, args.turns))
+            for _ in range(max(1, args.repeat))
+        ]
+        sequential, seq_batch = min(sequential_runs, key=lambda r: r[0])
         result["sequential_s"] = round(sequential, 3)
+        result["sequential_runs_s"] = [round(r[0], 3) for r in sequential_runs]
         result["sequential_measured"] = True
         result["sequential_model_calls"] = seq_batch.model_calls
     server.stop()

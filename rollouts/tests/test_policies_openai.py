@@ -120,6 +120,21 @@ def test_it_shows_history_frames_oldest_first_with_the_last_actions(chat_server)
     assert len(image_parts(first)) == 1  # nothing before the first turn
 
 
+def test_a_frame_is_encoded_once_but_never_sent_with_another_frames_data():
+    from rollouts.policies.openai.messages import ImageUrls
+
+    urls = ImageUrls(keep=2)
+    first, replayed = b"\x89PNG first frame", b"\x89PNG another game, same step"
+    url = urls.url(0, first)
+    assert url == "data:image/png;base64," + base64.b64encode(first).decode()
+    assert urls.url(0, first) is url  # reused, not encoded again
+    # The same step with other bytes (an episode replayed after a crash) is encoded afresh.
+    assert urls.url(0, replayed) == "data:image/png;base64," + base64.b64encode(replayed).decode()
+    urls.url(1, b"one")
+    urls.url(2, b"two")
+    assert len(urls._urls) == 2  # bounded: only what history can still show
+
+
 @pytest.mark.django_db
 def test_it_compares_image_only_and_text_only_on_the_same_seed(chat_server):
     image_batch = play(chat_server, steps=2, observation_mode="image")

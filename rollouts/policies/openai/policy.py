@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 from rollouts.model_endpoints import model_connection
 from rollouts.policies.base import Decision, Observation, PolicyUnavailable, policy_seed
 from rollouts.policies.openai.answers import read_answer
-from rollouts.policies.openai.messages import build_messages
+from rollouts.policies.openai.messages import ImageUrls, build_messages
 from rollouts.policies.openai.transport import (
     ACCEPT_ENCODING,
     AnswerTooLarge,
@@ -144,12 +144,14 @@ class OpenAIPolicy:
         }
         self.endpoint_answered = False
         self.failed_turns_in_row = 0
+        # History shows each frame again in later turns: its base64 is made once.
+        self.image_urls = ImageUrls(keep=settings.history_frames + 1)
 
     def close(self) -> None:
         pass  # the client is shared by this process's episodes and outlives them
 
     def decide(self, observation: Observation) -> Decision:
-        stored, sent = build_messages(self.settings, observation)
+        stored, sent = build_messages(self.settings, observation, urls=self.image_urls)
         decision = Decision(actions=[], request_messages=stored)
         try:
             body = self._complete(sent, decision)
