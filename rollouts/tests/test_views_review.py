@@ -12,8 +12,6 @@ from django.urls import reverse
 from rollouts import services
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.scoring import crafter_score
-from rollouts.selectors import batch_success_rates
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -389,8 +387,9 @@ def test_it_sorts_a_batchs_episodes_and_shows_its_score(viewer_client, db):
     rates = dict(response.context["rates"])
     assert rates["collect_wood"] == pytest.approx(200 / 3)
     assert rates["place_table"] == pytest.approx(100 / 3)
-    expected = crafter_score(batch_success_rates(batch_id=episodes[0].batch_id))
-    assert response.context["score"] == pytest.approx(expected)
+    # exp((ln(1 + 200/3) + ln(1 + 100/3)) / 22) - 1, worked out by hand.
+    assert response.context["score"] == pytest.approx(0.42234, abs=1e-5)
+    assert "0.42%" in response.content.decode()
     assert "bar-fill" in response.content.decode()
     assert viewer_client.get(reverse("rollouts:batch_detail", args=[10**9])).status_code == 404
 
