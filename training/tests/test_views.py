@@ -1,6 +1,7 @@
 def test_it_shows_the_training_page_to_viewers_only(client, viewer):
-    assert client.get("/training/").status_code == 302
+    anonymous = client.get("/training/")
+    assert anonymous.status_code == 302
+    assert anonymous["Location"] == "/login/?next=/training/"
     client.force_login(viewer)
-    response = client.get("/training/")
-    assert response.status_code == 200
-    assert b"Training jobs" in response.content
+    # The page is a static placeholder: that a viewer gets it is the whole claim.
+    assert client.get("/training/").status_code == 200
