@@ -39,7 +39,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
-DB_NAME = "studio_bench_export"
+DB_NAME = os.environ.get("BENCH_DATABASE") or "studio_bench_export"
 TURNS_PER_EPISODE = 250
 SAMPLE_FRAMES = 32
 HISTORY_FRAMES = 2

@@ -4,9 +4,11 @@ A local chat-completions server answers every call after 200 ms. A batch of 32 e
 turns (one action per turn, so 320 calls) runs with `--concurrency 16` on two real worker
 processes (`celery -A studio worker --pool threads --concurrency 16`), through Redis and
 PostgreSQL. The ideal is calls x 0.2 s / 16; the baseline is the same batch played one
-episode after another in one process, as synth-ai's scripts did.
+episode after another in one process, as synth-ai's scripts did, measured in the same run.
+Both sides keep their best of `--repeat` runs (the host is shared: the best run is the one
+least slowed by others); the baseline is always measured, never computed.
 
-    python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential]
+    python benchmarks/vlm_concurrency.py [--repeat N] [--episodes 32] [--turns 10]
 
 Reads DATABASE_URL (default: a `studio_bench` PostgreSQL database, created and migrated
 here) and CELERY_BROKER_URL (default redis://127.0.0.1:6379/0). Prints one JSON object.
@@ -29,7 +31,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-EPISODES = 32
+EPISODES = 32  # defaults of --episodes and --turns
 TURNS = 10
 DELAY = 0.2
 CONCURRENCY = 16
@@ -150,9 +152,11 @@ def run_sequential(settings) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-sequential", action="store_true")
-    parser.add_argument("--repeat", type=int, default=3, help="concurrent runs; the best counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side; the best counts")
+    parser.add_argument("--episodes", type=int, default=EPISODES)
+    parser.add_argument("--turns", type=int, default=TURNS)
     args = parser.parse_args()
+    episodes, turns = args.episodes, args.turns
 
     database_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/studio_bench")
     broker_url = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
@@ -199,7 +203,7 @@ def main() -> None:
             )
 
         # Warm both workers (imports, JIT, connections) on other seeds, untimed.
-        run_batch(settings("vlm bench warm-up", range(1000, 1000 + EPISODES), 1))
+        run_batch(settings("vlm bench warm-up", range(1000, 1000 + episodes), 1))
         # Best of a few runs: on a shared host the others' load, not this code, adds the noise.
         runs = []
         pids = [w.pid for w in workers]
@@ -207,7 +211,7 @@ def main() -> None:
             before = len(server.requests)
             server.max_in_flight = 0
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
-            elapsed, batch = run_batch(settings("vlm bench", range(EPISODES), TURNS))
+            elapsed, batch = run_batch(settings("vlm bench", range(episodes), turns))
             runs.append(
                 (
                     elapsed,
@@ -222,8 +226,8 @@ def main() -> None:
         ideal = calls * DELAY / CONCURRENCY
         result: dict[str, object] = {
             "benchmark": "vlm_concurrency",
-            "episodes": EPISODES,
-            "turns_per_episode": TURNS,
+            "episodes": episodes,
+            "turns_per_episode": turns,
             "server_delay_s": DELAY,
             "concurrency": CONCURRENCY,
             "workers": WORKERS,
@@ -248,17 +252,15 @@ def main() -> None:
     finally:
         stop_workers(workers)
 
-    if args.skip_sequential:
-        sequential = calls * DELAY
-        result["sequential_s"] = round(sequential, 3)
-        result["sequential_measured"] = False
-    else:
-        sequential, seq_batch = run_sequential(
-            settings("vlm bench sequential", range(EPISODES), TURNS)
-        )
-        result["sequential_s"] = round(sequential, 3)
-        result["sequential_measured"] = True
-        result["sequential_model_calls"] = seq_batch.model_calls
+    sequential_runs = [
+        run_sequential(settings("vlm bench sequential", range(episodes), turns))
+        for _ in range(args.repeat)
+    ]
+    sequential, seq_batch = min(sequential_runs, key=lambda r: r[0])
+    result["sequential_s"] = round(sequential, 3)
+    result["sequential_runs_s"] = [round(r[0], 3) for r in sequential_runs]
+    result["sequential_model_calls"] = seq_batch.model_calls
+    result["note"] = "shared 2-core machine: other processes were running"
     server.stop()
     result["speedup_vs_sequential"] = round(sequential / elapsed, 2)
     result["targets"] = {"ratio_to_ideal": TARGET_IDEAL, "speedup_vs_sequential": TARGET_SEQUENTIAL}
