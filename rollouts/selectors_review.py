@@ -10,6 +10,7 @@ from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
 
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from studio.pagination import BoundedCount, KeysetPage, count_bounded, keyset_page
 
 ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
 
@@ -219,32 +220,55 @@ def _unlocked_lookup(name: str) -> Q:
     return Q(achievements_unlocked__icontains=f'"{name}"')
 
 
+# The turn list's default order: newest episode first, its turns in play order. Unique
+# (turn_unique_episode_index) and served by the index turn_list_order_idx. Any other order
+# the list offers must also end in a unique key, e.g. ("-reward", "id"), for its cursors.
+TURN_LIST_ORDER: tuple[str, ...] = ("-episode_id", "index")
+
+
+def turn_list_page(
+    *,
+    turns: QuerySet[Turn],
+    order: tuple[str, ...] = TURN_LIST_ORDER,
+    after: str | None = None,
+    before: str | None = None,
+    size: int,
+) -> KeysetPage:
+    """One page of the turn list, by cursor (keyset), never by OFFSET: page 20,000 costs
+    what page 1 costs."""
+    return keyset_page(
+        turn_list_page_rows(turns=turns), order=order, after=after, before=before, size=size
+    )
+
+
+def turns_count(*, turns: QuerySet[Turn]) -> BoundedCount:
+    """How many turns match: exact up to STUDIO_EXACT_COUNT_UP_TO, else PostgreSQL's
+    estimate ("about")."""
+    return count_bounded(turns)
+
+
 def turn_list_page_rows(*, turns: QuerySet[Turn]) -> QuerySet[Turn]:
     """What a page of the turn list needs, without the heavy request and observation text."""
-    return (
-        turns.select_related("episode__batch", "frame")
-        .only(
-            "id",
-            "index",
-            "model_text",
-            "actions",
-            "reward",
-            "achievements_unlocked",
-            "error",
-            "error_kind",
-            "flagged",
-            "note",
-            "episode__id",
-            "episode__seed",
-            "episode__batch__id",
-            "episode__batch__name",
-            "episode__batch__model",
-            "episode__batch__policy",
-            "frame__id",
-            "frame__sha256",
-            "frame__step",
-        )
-        .order_by("-episode_id", "index")
+    return turns.select_related("episode__batch", "frame").only(
+        "id",
+        "index",
+        "model_text",
+        "actions",
+        "reward",
+        "achievements_unlocked",
+        "error",
+        "error_kind",
+        "flagged",
+        "note",
+        "episode__id",
+        "episode__seed",
+        "episode__batch__id",
+        "episode__batch__name",
+        "episode__batch__model",
+        "episode__batch__policy",
+        "frame__id",
+        "frame__sha256",
+        "frame__step",
     )
 
 

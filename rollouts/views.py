@@ -151,19 +151,24 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     filters = form.filters() if form.is_valid() else None
     if not form.is_bound:
         filters = selectors_review.TurnFilters()
-    page = None
+    page = count = None
     if filters is not None:
         turns = selectors_review.turns_filtered(filters=filters)
-        page = Paginator(
-            selectors_review.turn_list_page_rows(turns=turns), TURNS_PER_PAGE
-        ).get_page(request.GET.get("page"))
+        page = selectors_review.turn_list_page(
+            turns=turns,
+            after=request.GET.get("after"),
+            before=request.GET.get("before"),
+            size=TURNS_PER_PAGE,
+        )
+        count = selectors_review.turns_count(turns=turns)
     return render(
         request,
         "rollouts/turn_list.html",
         {
             "form": form,
             "page": page,
-            "filter_query": _query_without(request.GET, "page"),
+            "count": count,
+            "filter_query": _query_without(request.GET, "page", "after", "before"),
             "choices": selectors_review.turn_filter_choices(),
             "can_review": request.user.has_perm(REVIEW_PERMISSION),
         },
@@ -182,7 +187,9 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
     filters = form.filters()
     flagged = flag_form.cleaned_data["set_flagged"]
     turns = selectors_review.turns_filtered(filters=filters)
-    filter_query = _query_without(data, "page", "set_flagged", "csrfmiddlewaretoken")
+    filter_query = _query_without(
+        data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken"
+    )
     if request.method == "POST":
         changed = services_review.turns_bulk_flag(turns=turns, flagged=flagged, user=request.user)
         verb = "Flagged" if flagged else "Unflagged"
@@ -195,8 +202,8 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "flagged": flagged,
-            "count": turns.count(),
-            "already": turns.filter(flagged=flagged).count(),
+            "count": selectors_review.turns_count(turns=turns),
+            "already": selectors_review.turns_count(turns=turns.filter(flagged=flagged)),
             "filter_query": filter_query,
             "hidden": [(k, v) for k, v in data.items() if k in form.fields and v],
         },

@@ -178,6 +178,9 @@ CELERY_BEAT_SCHEDULE = {
 STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
 # Rows written per database round trip while recording an episode.
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
+# Pages count matching rows exactly up to this many, then show PostgreSQL's estimate
+# ("about N"): an exact COUNT(*) over millions of turns would take seconds.
+STUDIO_EXACT_COUNT_UP_TO = env.int("STUDIO_EXACT_COUNT_UP_TO", default=10_000)
 # The largest JSONL file the import page takes (the command reads files of any size).
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 

@@ -7,6 +7,7 @@ import re
 import time
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -446,7 +447,7 @@ def test_it_filters_the_turn_list(viewer_client, db):
     )
     Turn.objects.filter(episode=second, index=7).update(error="timeout", error_kind="timeout")
     url = reverse("rollouts:turn_list")
-    count = lambda **q: viewer_client.get(url, q).context["page"].paginator.count  # noqa: E731
+    count = lambda **q: viewer_client.get(url, q).context["count"].value  # noqa: E731
     assert count() == 60
     assert count(batch=first.batch_id) == 60
     assert count(flagged="only") == 1
@@ -459,9 +460,44 @@ def test_it_filters_the_turn_list(viewer_client, db):
     assert response.status_code == 200
     assert response.context["page"] is None
     assert "achievement" in response.context["form"].errors
-    page_two = viewer_client.get(url, {"flagged": "exclude", "page": 2})
-    assert len(page_two.context["page"]) == 9
-    assert "flagged=exclude&amp;page=1" in page_two.content.decode()
+    # Pages follow cursors (keyset), and keep the filters: 59 turns are 50 + 9.
+    page_one = viewer_client.get(url, {"flagged": "exclude"})
+    shown = [(t.episode_id, t.index) for t in page_one.context["page"]]
+    first_rest = [(first.id, i) for i in range(30) if i != 4]  # turn 4 is flagged
+    assert shown == [(second.id, i) for i in range(30)] + first_rest[:20]
+    next_link = re.search(r'href="\?([^"]*)" rel="next"', page_one.content.decode())
+    assert next_link.group(1).startswith("flagged=exclude&amp;after=")
+    page_two = viewer_client.get(f"{url}?{next_link.group(1).replace('&amp;', '&')}")
+    shown_two = [(t.episode_id, t.index) for t in page_two.context["page"]]
+    assert shown_two == first_rest[20:]
+    assert 'rel="next"' not in page_two.content.decode()
+    prev_link = re.search(r'href="\?([^"]*)" rel="prev"', page_two.content.decode())
+    back = viewer_client.get(f"{url}?{prev_link.group(1).replace('&amp;', '&')}")
+    assert [(t.episode_id, t.index) for t in back.context["page"]] == shown
+    assert 'rel="prev"' not in back.content.decode()
+    # A forged cursor is the first page, not an error.
+    forged = viewer_client.get(url, {"flagged": "exclude", "after": "%00' OR 1=1"})
+    assert [(t.episode_id, t.index) for t in forged.context["page"]] == shown
+
+
+def test_it_says_about_when_the_count_is_an_estimate(editor_client, settings, db):
+    _played(30, seeds=(1, 2))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE rollouts_turn")
+    settings.STUDIO_EXACT_COUNT_UP_TO = 10
+    page = editor_client.get(reverse("rollouts:turn_list"))
+    count = page.context["count"]
+    # 60 turns, past the bound of 10: the planner's estimate (60 once analysed), so marked.
+    assert (count.value, count.estimated) == (60, True)
+    assert 'about <strong data-count="turns" data-estimated="true">60</strong>' in (
+        page.content.decode()
+    )
+    confirm = editor_client.get(reverse("rollouts:turns_bulk_flag"), {"set_flagged": "1"})
+    assert "Flag about 60 turns?" in confirm.content.decode()
+    settings.STUDIO_EXACT_COUNT_UP_TO = 60
+    exact = editor_client.get(reverse("rollouts:turn_list")).content.decode()
+    assert '<strong data-count="turns">60</strong> turns match' in exact
+    assert 'data-estimated="true"' not in exact
 
 
 def test_it_bulk_flags_every_matching_turn_after_a_confirmation(editor_client, editor, db):
@@ -471,7 +507,8 @@ def test_it_bulk_flags_every_matching_turn_after_a_confirmation(editor_client, e
     query = {"batch": first.batch_id, "set_flagged": "1"}
     confirm = editor_client.get(url, query)
     assert confirm.status_code == 200
-    assert confirm.context["count"] == 80  # both episodes, more than one page of 50
+    # Both episodes, more than one page of 50; exact (below the estimate threshold).
+    assert (confirm.context["count"].value, confirm.context["count"].estimated) == (80, False)
     assert "Flag 80 turns" in confirm.content.decode()
     assert not Turn.objects.filter(flagged=True).exists()  # a GET changes nothing
     done = editor_client.post(url, query)
