@@ -223,7 +223,8 @@ def main() -> None:
                 )
             )
         elapsed, batch, worker_cpu, calls, max_in_flight, load = min(runs, key=lambda r: r[0])
-        ideal = calls * DELAY / CONCURRENCY
+        # No more calls can be in flight than episodes (one call per episode at a time).
+        ideal = calls * DELAY / min(CONCURRENCY, episodes)
         result: dict[str, object] = {
             "benchmark": "vlm_concurrency",
             "episodes": episodes,

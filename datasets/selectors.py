@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Count, IntegerField, QuerySet, Sum
+from django.db.models import Count, IntegerField, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
 
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.models import Dataset, DatasetVersion
 from rollouts.models import RolloutBatch, Turn
+from studio.pagination import count_bounded, round_estimate
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
 _IMAGES_SQL = (
@@ -29,9 +31,34 @@ def dataset_versions(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.select_related("created_by").order_by("-number")
 
 
-def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[str, int]:
-    """Turns, episodes and images the export would write (images exact on PostgreSQL)."""
+def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[str, Any]:
+    """Turns, episodes and images the export would write (images exact on PostgreSQL).
+
+    Exact while at most STUDIO_EXACT_COUNT_UP_TO turns match. Past that, counting exactly
+    would read every matching turn (seconds at millions), so the turns are PostgreSQL's
+    estimate and episodes and images are scaled from the first matching turns read in the
+    export's order: `estimated` is then True and the page says "about".
+    """
     queryset = turn_queryset(filters)
+    turns = count_bounded(queryset)
+    if not turns.estimated:
+        return {**_aggregate(queryset, options), "estimated": False}
+    sample_ids = queryset.order_by("episode_id", "index").values("pk")[: turns_sample_size()]
+    sample = _aggregate(Turn.objects.filter(pk__in=Subquery(sample_ids)), options)
+    scale = turns.value / max(sample["turns"], 1)
+    return {
+        "turns": turns.value,
+        "episodes": round_estimate(round(sample["episodes"] * scale)),
+        "images": round_estimate(round(sample["images"] * scale)),
+        "estimated": True,
+    }
+
+
+def turns_sample_size() -> int:
+    return settings.STUDIO_EXACT_COUNT_UP_TO
+
+
+def _aggregate(queryset: QuerySet[Turn], options: ExportOptions) -> dict[str, int]:
     aggregates: dict[str, Any] = {
         "turns": Count("id"),
         "episodes": Count("episode_id", distinct=True),

@@ -181,6 +181,22 @@ class Turn(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["episode", "index"], name="turn_unique_episode_index"),
         ]
+        # The turn list's order (newest episode first, turns in play order) and its filters
+        # that keep few rows: a page of 50 is read straight off the index at any table size.
+        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0002).
+        indexes = [
+            models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
+            models.Index(
+                fields=["-episode", "index"],
+                name="turn_list_flagged_idx",
+                condition=models.Q(flagged=True),
+            ),
+            models.Index(
+                fields=["-episode", "index"],
+                name="turn_list_error_idx",
+                condition=~models.Q(error=""),
+            ),
+        ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]
 
     def __str__(self) -> str:

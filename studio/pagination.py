@@ -157,10 +157,10 @@ def count_bounded(queryset: QuerySet, *, exact_up_to: int | None = None) -> Boun
     exact = queryset[: exact_up_to + 1].count()
     if exact <= exact_up_to:
         return BoundedCount(exact, estimated=False)
-    return BoundedCount(_two_figures(max(planner_estimate(queryset), exact)), estimated=True)
+    return BoundedCount(round_estimate(max(planner_estimate(queryset), exact)), estimated=True)
 
 
-def _two_figures(n: int) -> int:
+def round_estimate(n: int) -> int:
     """1,234,567 -> 1,200,000: an estimate shown with more digits would claim precision."""
     digits = len(str(n))
     return round(n, -(digits - 2)) if digits > 2 else n

@@ -59,6 +59,7 @@ def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batc
     assert b'data-count="turns">90<' in counts.content
     assert b'data-count="episodes">3<' in counts.content
     assert b'data-count="images">177<' in counts.content  # 90 frames + 87 history frames
+    assert b"about" not in counts.content
     bad = editor_client.get(
         reverse("datasets:dataset_counts"),
         {
@@ -147,3 +148,20 @@ def test_it_imports_an_upload_or_lists_its_errors(editor_client):
     assert response.status_code == 400
     assert b"line 2: not JSON" in response.content
     assert Dataset.objects.count() == 1
+
+
+def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_batch, settings):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    settings.STUDIO_EXACT_COUNT_UP_TO = 30  # the 90 turns of 3 episodes are past it
+    query = {"name": "x", "flagged": "any", "history_frames": "1", "format": "studio"}
+    counts = editor_client.get(reverse("datasets:dataset_counts"), query)
+    assert b"about</span>" in counts.content
+    # The planner's estimate of all 90 turns (the table holds only these once analysed);
+    # episodes and images scaled from the first 30 turns (1 episode, 30 frames + 29 history
+    # frames) by 90 / 30, and shown to two figures: 3 and 177 -> 180.
+    assert b'data-count="turns" data-estimated="true">90<' in counts.content
+    assert b'data-count="episodes">3<' in counts.content
+    assert b'data-count="images">180<' in counts.content
