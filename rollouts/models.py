@@ -169,7 +169,7 @@ class Turn(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(default=0)
     retries = models.PositiveSmallIntegerField(default=0)
-    flagged = models.BooleanField(default=False, db_index=True)
+    flagged = models.BooleanField(default=False)  # indexed by turn_list_flagged_idx
     note = models.TextField(blank=True)
     reviewed_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
