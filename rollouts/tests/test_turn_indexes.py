@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from datasets.filters import DatasetFilters, turn_queryset
-from rollouts.models import Episode, Turn
+from rollouts.models import Episode
 from rollouts.selectors_review import TURN_LIST_ORDER, TurnFilters, turns_filtered
 from rollouts.tests.helpers import record_batch
 
