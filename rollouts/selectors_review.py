@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
 
 from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
 from studio.pagination import BoundedCount, KeysetPage, count_bounded, keyset_page
 
 ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
@@ -281,3 +281,23 @@ def turn_filter_choices() -> dict[str, list[Any]]:
 
 def turn_get(*, turn_id: int) -> Turn:
     return Turn.objects.get(id=turn_id)
+
+
+def turn_bulk_flag_get(*, job_id: int) -> TurnBulkFlag:
+    return TurnBulkFlag.objects.select_related("created_by").get(id=job_id)
+
+
+def turn_bulk_flag_list_query(*, job: TurnBulkFlag) -> str:
+    """The turn list's address query for the job's filters (its form's field names)."""
+    from urllib.parse import urlencode
+
+    names = {"batch_id": "batch", "model": "model", "flagged": "flagged"}
+    names |= {"has_error": "has_error", "achievement": "achievement"}
+    defaults = TurnFilters()
+    return urlencode(
+        {
+            names[key]: value
+            for key, value in job.filters.items()
+            if key in names and value not in (None, "") and value != getattr(defaults, key)
+        }
+    )

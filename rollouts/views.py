@@ -31,7 +31,7 @@ from rollouts.forms import (
     TurnNoteForm,
 )
 from rollouts.frame_store import FrameStore, frame_name
-from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -191,10 +191,11 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
         data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken"
     )
     if request.method == "POST":
-        changed = services_review.turns_bulk_flag(turns=turns, flagged=flagged, user=request.user)
-        verb = "Flagged" if flagged else "Unflagged"
-        messages.success(request, f"{verb} {changed} turns.")
-        return redirect(f"{reverse('rollouts:turn_list')}?{filter_query}")
+        # Millions of turns may match: the worker flags them, this page shows its progress.
+        job = services_review.turn_bulk_flag_start(
+            filters=filters, flagged=flagged, user=request.user
+        )
+        return redirect("rollouts:turn_bulk_flag_detail", job_id=job.id)
     return render(
         request,
         "rollouts/turns_bulk_confirm.html",
@@ -206,6 +207,32 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
             "already": selectors_review.turns_count(turns=turns.filter(flagged=flagged)),
             "filter_query": filter_query,
             "hidden": [(k, v) for k, v in data.items() if k in form.fields and v],
+        },
+    )
+
+
+@require_GET
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def turn_bulk_flag_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A bulk flag's progress; polls itself (htmx) until the worker is done."""
+    try:
+        job = selectors_review.turn_bulk_flag_get(job_id=job_id)
+    except TurnBulkFlag.DoesNotExist as exc:
+        raise Http404("no such bulk flag") from exc
+    active = job.status in (TurnBulkFlag.Status.PENDING, TurnBulkFlag.Status.RUNNING)
+    template = (
+        "rollouts/partials/turn_bulk_flag_progress.html"
+        if request.htmx
+        else "rollouts/turn_bulk_flag.html"
+    )
+    return render(
+        request,
+        template,
+        {
+            "job": job,
+            "active": active,
+            "poll_seconds": 1,
+            "list_query": selectors_review.turn_bulk_flag_list_query(job=job),
         },
     )
 

@@ -181,6 +181,8 @@ STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
 # Pages count matching rows exactly up to this many, then show PostgreSQL's estimate
 # ("about N"): an exact COUNT(*) over millions of turns would take seconds.
 STUDIO_EXACT_COUNT_UP_TO = env.int("STUDIO_EXACT_COUNT_UP_TO", default=10_000)
+# Turns a bulk flag changes per transaction on the worker (progress is saved after each).
+STUDIO_BULK_FLAG_CHUNK = env.int("STUDIO_BULK_FLAG_CHUNK", default=5_000)
 # The largest JSONL file the import page takes (the command reads files of any size).
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from rollouts import services
-from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.rollout_settings import RolloutSettings
 
 HOSTILE = "<script>alert(1)</script>"
@@ -500,7 +500,11 @@ def test_it_says_about_when_the_count_is_an_estimate(editor_client, settings, db
     assert 'data-estimated="true"' not in exact
 
 
-def test_it_bulk_flags_every_matching_turn_after_a_confirmation(editor_client, editor, db):
+def test_it_bulk_flags_every_matching_turn_on_the_worker_after_a_confirmation(
+    client, editor, celery_worker
+):
+    client.force_login(editor)
+    editor_client = client
     first, _second = _played(40, seeds=(1, 2))
     other = _played(5, seeds=(9,))[0]
     url = reverse("rollouts:turns_bulk_flag")
@@ -513,18 +517,59 @@ def test_it_bulk_flags_every_matching_turn_after_a_confirmation(editor_client, e
     assert not Turn.objects.filter(flagged=True).exists()  # a GET changes nothing
     done = editor_client.post(url, query)
     assert done.status_code == 302
-    assert done["Location"] == f"{reverse('rollouts:turn_list')}?batch={first.batch_id}"
+    job = TurnBulkFlag.objects.get()
+    assert done["Location"] == reverse("rollouts:turn_bulk_flag_detail", args=[job.id])
+    job = _wait_for(job)
+    assert (job.status, job.changed, job.total) == ("done", 80, 80)
     assert Turn.objects.filter(flagged=True).count() == 80
     assert not other.turns.filter(flagged=True).exists()
     assert set(Turn.objects.filter(flagged=True).values_list("reviewed_by", flat=True)) == {
         editor.id
     }
+    page = editor_client.get(done["Location"]).content.decode()
+    assert 'Flagged <span data-count="changed">80</span> turns.' in page
+    assert f'href="/turns/?batch={first.batch_id}"' in page
+    assert "hx-trigger" not in page  # done: no more polling
     undo = editor_client.post(url, {"flagged": "only", "set_flagged": "0"})
     assert undo.status_code == 302
+    assert _wait_for(TurnBulkFlag.objects.latest("id")).changed == 80
     assert not Turn.objects.filter(flagged=True).exists()
     assert editor_client.post(url, {"set_flagged": "maybe"}).status_code == 400
     assert editor_client.post(url, {"achievement": "nope", "set_flagged": "1"}).status_code == 400
-    assert not Turn.objects.filter(flagged=True).exists()
+    assert TurnBulkFlag.objects.count() == 2
+
+
+def test_it_shows_a_running_bulk_flags_progress_and_polls(editor_client, editor, db):
+    job = TurnBulkFlag.objects.create(
+        filters={"flagged": "exclude"},
+        flagged=True,
+        status="running",
+        total=2_000_000,
+        total_estimated=True,
+        changed=500_000,
+        created_by=editor,
+    )
+    url = reverse("rollouts:turn_bulk_flag_detail", args=[job.id])
+    page = editor_client.get(url).content.decode()
+    assert '<span data-count="changed">500,000</span> of about 2,000,000 turns (25%)' in page
+    assert 'hx-trigger="every 1s"' in page
+    assert 'href="/turns/?flagged=exclude"' in page
+    partial = editor_client.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert partial.startswith('<div id="bulk-flag-progress" data-status="running"')
+    assert (
+        editor_client.get(reverse("rollouts:turn_bulk_flag_detail", args=[10**9])).status_code
+        == 404
+    )
+
+
+def _wait_for(job: TurnBulkFlag) -> TurnBulkFlag:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status in ("done", "failed"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"bulk flag {job.id} still {job.status}")
 
 
 # --- frames ------------------------------------------------------------------------------
