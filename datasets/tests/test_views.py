@@ -160,8 +160,8 @@ def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_ba
     counts = editor_client.get(reverse("datasets:dataset_counts"), query)
     assert b"about</span>" in counts.content
     # The planner's estimate of all 90 turns (the table holds only these once analysed);
-    # episodes and images scaled from the first 30 turns (1 episode, 30 frames + 29 history
-    # frames) by 90 / 30, and shown to two figures: 3 and 177 -> 180.
+    # episodes: all 3 episodes x 90 / 90 turns; images per turn from the turns read
+    # (90 frames + 87 history frames over 90 turns), shown to two figures: 177 -> 180.
     assert b'data-count="turns" data-estimated="true">90<' in counts.content
     assert b'data-count="episodes">3<' in counts.content
     assert b'data-count="images">180<' in counts.content
