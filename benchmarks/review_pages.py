@@ -359,8 +359,7 @@ def main() -> None:
             "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
             "turn_list_50k": "/turns/",
             "turn_list_50k_filtered": (
-                f"/turns/?batch={ids['history_batch_id']}&flagged=exclude"
-                "&achievement=collect_wood&page=3"
+                f"/turns/?batch={ids['history_batch_id']}&flagged=exclude&achievement=collect_wood"
             ),
         }
         per_client = max(args.requests // 3, 10)  # per concurrent client
