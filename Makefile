@@ -29,13 +29,9 @@ install: $(DEV_STAMP)
 
 demo: $(BASE_STAMP)
 	@mkdir -p var
-	DEBUG=1 $(PY) manage.py migrate --noinput -v0
-	DEBUG=1 $(PY) manage.py demo_setup
-	@echo "Starting a worker and the studio on http://127.0.0.1:8000 (Ctrl-C stops both)"
-	@trap 'kill 0' EXIT INT TERM; \
-	  DEBUG=1 $(VENV)/bin/celery -A studio worker --loglevel=WARNING --concurrency=2 & \
-	  DEBUG=1 $(VENV)/bin/celery -A studio beat --loglevel=WARNING --schedule var/celerybeat-schedule & \
-	  DEBUG=1 $(PY) manage.py runserver 127.0.0.1:8000 --noreload
+	@DEBUG=1 $(PY) manage.py migrate --noinput -v0
+	@DEBUG=1 $(PY) manage.py demo_setup
+	@DEBUG=1 exec $(PY) -m studio.demo
 
 services:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start

@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.filters import DatasetFilters, ExportOptions, check_combination, turn_queryset
 from datasets.jsonl import (
     EpisodeContext,
     FrameRef,
@@ -61,6 +61,7 @@ _TURN_FIELDS = (
     # The episode's own fields ride along: one query less per episode.
     "episode__batch_id",
     "episode__seed",
+    "text_fallback",
 )
 _JSON_FIELDS = ("request_messages", "tool_calls", "actions", "achievements_unlocked")
 _SMALL_JSON = 256
@@ -73,6 +74,24 @@ def _turn_rows(filters: DatasetFilters):
         .annotate(**{f"{name}_text": Cast(name, TextField()) for name in _JSON_FIELDS})
         .order_by("episode_id", "index")
         .values_list(*_TURN_FIELDS)
+    )
+
+
+def _record(values: tuple, parse: _JsonLists) -> TurnRecord:
+    """A row of `_turn_rows` as the row builder reads it."""
+    return TurnRecord(
+        episode_id=values[0],
+        index=values[1],
+        observation_text=values[2],
+        request_messages=parse(values[3]),
+        model_text=values[4],
+        tool_calls=parse(values[5]),
+        actions=parse(values[6]),
+        reward=values[7],
+        achievements_unlocked=parse(values[8]),
+        flagged=values[9],
+        frame=FrameRef(values[10], values[11]),
+        text_fallback=values[14],
     )
 
 
@@ -98,6 +117,18 @@ class _JsonLists:
                     self._cache["[]"] = []
                 self._cache[text] = value
         return value
+
+
+class ExportEmpty(Exception):
+    """The training file would have no rows; nothing was written (see `allow_empty`)."""
+
+    def __init__(self, *, val_rows: int) -> None:
+        self.val_rows = val_rows
+        where = f" ({val_rows} went to validation)" if val_rows else ""
+        super().__init__(
+            f"no rows to export{where}: the filter selects nothing for the training file; "
+            "pass --allow-empty to write an empty file anyway"
+        )
 
 
 class ExportRefused(Exception):
@@ -137,6 +168,15 @@ class ExportResult:
     train: FileResult
     val: FileResult | None = None
     reports: list[ProviderReport] = field(default_factory=list)
+
+    def warnings(self) -> list[str]:
+        """What a user should hear about though the export went through."""
+        if self.val is not None and not self.val.rows:
+            return [
+                "warning: the validation split has 0 rows (no episode fell into it); "
+                "raise the validation fraction or select more episodes"
+            ]
+        return []
 
     def summary(self) -> dict[str, Any]:
         data = self.train.summary()
@@ -261,6 +301,7 @@ def export_files(
     With `options.format == "openai"` the rows are checked against the provider's limits as
     they are built, and a violation anywhere refuses the whole export (ExportRefused).
     """
+    check_combination(filters, options)
     store = store or FrameStore()
     openai = options.format == "openai"
     split_on = options.val_fraction > 0 and val_output is not None
@@ -303,7 +344,7 @@ def export_files(
         split = "train"
         done = 0
         for values in queryset.iterator(chunk_size=chunk_size):
-            (episode_id, index, obs, request, text, calls, actions, reward, unlocked) = values[:9]
+            episode_id = values[0]
             if episode is None or episode.episode_id != episode_id:
                 episode = contexts.load(episode_id, batch_id=values[12], seed=values[13])
                 split = (
@@ -315,19 +356,7 @@ def export_files(
                     if split_on
                     else "train"
                 )
-            record = TurnRecord(
-                episode_id=episode_id,
-                index=index,
-                observation_text=obs,
-                request_messages=parse(request),
-                model_text=text,
-                tool_calls=parse(calls),
-                actions=parse(actions),
-                reward=reward,
-                achievements_unlocked=parse(unlocked),
-                flagged=values[9],
-                frame=FrameRef(values[10], values[11]),
-            )
+            record = _record(values, parse)
             built = builder.row(record, episode, split=split)
             done += 1
             if progress is not None and done % chunk_size == 0:
@@ -370,6 +399,8 @@ def export_files(
             sink.add(built.text, episode_id, len(built.images))
         if progress is not None:
             progress(done)
+        if not result.train.rows and not options.allow_empty:
+            raise ExportEmpty(val_rows=result.val.rows if result.val else 0)
         if openai:
             for name, sink in sinks.items():
                 sink.flush()
@@ -410,19 +441,7 @@ def preview_rows(
     for values in _turn_rows(filters)[: limit * 4]:
         if episode is None or episode.episode_id != values[0]:
             episode = contexts.load(values[0], batch_id=values[12], seed=values[13])
-        record = TurnRecord(
-            episode_id=values[0],
-            index=values[1],
-            observation_text=values[2],
-            request_messages=parse(values[3]),
-            model_text=values[4],
-            tool_calls=parse(values[5]),
-            actions=parse(values[6]),
-            reward=values[7],
-            achievements_unlocked=parse(values[8]),
-            flagged=values[9],
-            frame=FrameRef(values[10], values[11]),
-        )
+        record = _record(values, parse)
         built = builder.row(record, episode)
         if filters.user_image and not built.user_has_image:
             continue

@@ -39,6 +39,9 @@ class DatasetFilters:
     include_assistant: bool = False
     flagged: str = "any"
     exclude_errors: bool = False
+    # Turns whose actions were read from the model's prose (Turn.text_fallback) carry a tool
+    # call the model never made: left out unless asked for, then marked in the metadata.
+    include_text_fallback: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,6 +94,8 @@ class ExportOptions:
     history_frames: int = 0
     format: str = "studio"
     val_fraction: float = 0.0
+    # An export that selects nothing is an error (a filter typo, not a dataset) unless asked.
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -195,7 +200,19 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
         qs = qs.filter(flagged=False)
     if filters.exclude_errors:
         qs = qs.filter(error="", error_kind="")
+    if not filters.include_text_fallback:
+        qs = qs.filter(text_fallback=False)
     return qs
+
+
+def check_combination(filters: DatasetFilters, options: ExportOptions) -> None:
+    """Options that are valid alone but not together."""
+    if filters.include_text_fallback and options.format == "openai":
+        # The openai format has no metadata: the inferred tool call could not be marked.
+        raise FilterError(
+            "include-text-fallback: the openai format has no metadata to mark text-fallback "
+            "turns; use the studio format or leave them out"
+        )
 
 
 def check_references(filters: DatasetFilters) -> None:

@@ -7,47 +7,124 @@ from typing import Any
 from django import forms
 
 from datasets.filters import (
-    FLAGGED_CHOICES,
     FORMATS,
     MAX_HISTORY_FRAMES,
     DatasetFilters,
     ExportOptions,
     FilterError,
+    check_combination,
     check_references,
 )
 from datasets.models import Dataset
+from datasets.selectors import dataset_save_problems
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch
 
 _ACHIEVEMENT_CHOICES = [(a, a) for a in ACHIEVEMENTS]
+_LABEL_FIELDS = ("name", "description")
+FORMAT_LABELS = {"studio": "Studio", "openai": "OpenAI", "synth": "Synth"}
+
+
+class SearchableCheckboxes(forms.CheckboxSelectMultiple):
+    """A checkbox list with a search box (studio.css / datasets.js): every choice visible."""
+
+    template_name = "partials/searchable_checkboxes.html"
+
+
+def _checkboxes(**kwargs: Any) -> forms.MultipleChoiceField:
+    return forms.MultipleChoiceField(required=False, widget=SearchableCheckboxes, **kwargs)
 
 
 class DatasetForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    batches = forms.TypedMultipleChoiceField(coerce=int, required=False)
-    models = forms.MultipleChoiceField(required=False)
-    policies = forms.MultipleChoiceField(required=False, choices=RolloutBatch.Policy.choices)
-    require_achievements = forms.MultipleChoiceField(
-        required=False, choices=_ACHIEVEMENT_CHOICES, label="Required achievements"
+    batches = forms.TypedMultipleChoiceField(
+        coerce=int,
+        required=False,
+        widget=SearchableCheckboxes,
+        help_text="Turns of these batches only; none ticked means every batch.",
     )
-    exclude_achievements = forms.MultipleChoiceField(
-        required=False, choices=_ACHIEVEMENT_CHOICES, label="Excluded achievements"
+    models = _checkboxes(help_text="Turns played by these models; none ticked means any.")
+    policies = _checkboxes(
+        choices=[(p.value, p.value) for p in RolloutBatch.Policy],
+        help_text="openai (a model), the scripted and random baselines, or imported rows.",
+    )
+    require_achievements = _checkboxes(
+        choices=_ACHIEVEMENT_CHOICES,
+        label="Required achievements",
+        help_text="Episodes that unlocked all of these (at any turn).",
+    )
+    exclude_achievements = _checkboxes(
+        choices=_ACHIEVEMENT_CHOICES,
+        label="Excluded achievements",
+        help_text="Leave out episodes that unlocked any of these.",
     )
     min_unique = forms.IntegerField(
-        required=False, min_value=0, max_value=len(ACHIEVEMENTS), label="Min unique achievements"
+        required=False,
+        min_value=0,
+        max_value=len(ACHIEVEMENTS),
+        label="Min unique achievements",
+        help_text=f"Episodes that unlocked at least this many of the {len(ACHIEVEMENTS)}.",
     )
-    min_reward = forms.FloatField(required=False, label="Min episode reward")
-    user_image = forms.BooleanField(required=False, label="User image present")
-    include_assistant = forms.BooleanField(required=False, label="Assistant image present")
-    flagged = forms.ChoiceField(choices=[(c, c) for c in FLAGGED_CHOICES], initial="any")
-    exclude_errors = forms.BooleanField(required=False, label="Exclude turns with errors")
+    min_reward = forms.FloatField(
+        required=False,
+        label="Min episode reward",
+        help_text="Episodes whose total reward is at least this.",
+    )
+    user_image = forms.BooleanField(
+        required=False,
+        label="User image present",
+        help_text="Rows whose user message shows an image (text-only observation mode has none).",
+    )
+    include_assistant = forms.BooleanField(
+        required=False,
+        label="Assistant image present",
+        help_text="Only rows whose assistant messages hold an image: studio turns never "
+        "have one (only some imported rows do), so this usually selects nothing.",
+    )
+    flagged = forms.ChoiceField(
+        choices=[("any", "any"), ("only", "flagged only"), ("exclude", "not flagged")],
+        initial="any",
+        help_text="Turns flagged in review.",
+    )
+    exclude_errors = forms.BooleanField(
+        required=False,
+        label="Exclude turns with errors",
+        help_text="Leave out turns whose model call failed or whose answer was unusable.",
+    )
+    include_text_fallback = forms.BooleanField(
+        required=False,
+        label="Include text-fallback turns",
+        help_text="Turns where the model answered in prose and its actions were read from "
+        "the text. Left out by default (the model made no tool call); included, they are "
+        "marked metadata.text_fallback. Studio format only.",
+    )
     history_frames = forms.IntegerField(
-        min_value=0, max_value=MAX_HISTORY_FRAMES, initial=0, required=False
+        min_value=0,
+        max_value=MAX_HISTORY_FRAMES,
+        initial=0,
+        required=False,
+        help_text="Baseline rows also show the frames of the previous K turns; model rows "
+        "are exported as they were sent.",
     )
-    format = forms.ChoiceField(choices=[(f, f) for f in FORMATS], initial="studio")
+    format = forms.ChoiceField(
+        choices=[(f, FORMAT_LABELS.get(f, f)) for f in FORMATS],
+        initial="studio",
+        help_text="Studio: rows with metadata. OpenAI: what OpenAI fine-tuning accepts (no "
+        "metadata, at least 10 rows, at most 10 images a row).",
+    )
     val_fraction = forms.FloatField(
-        min_value=0.0, max_value=0.99, initial=0.0, required=False, label="Validation fraction"
+        min_value=0.0,
+        max_value=0.99,
+        initial=0.0,
+        required=False,
+        label="Validation fraction",
+        help_text="Share of episodes sent to a validation file (by episode, never split).",
+    )
+    allow_empty = forms.BooleanField(
+        required=False,
+        label="Allow an empty export",
+        help_text="Otherwise a version that selects no rows fails with the reason.",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -73,7 +150,8 @@ class DatasetForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if self.errors:
+        # The filter stands without a name: live counts show while the name is still empty.
+        if any(name not in _LABEL_FIELDS for name in self.errors):
             return data
         try:
             self._filters = DatasetFilters(
@@ -88,16 +166,28 @@ class DatasetForm(forms.Form):
                 include_assistant=bool(data.get("include_assistant")),
                 flagged=data.get("flagged") or "any",
                 exclude_errors=bool(data.get("exclude_errors")),
+                include_text_fallback=bool(data.get("include_text_fallback")),
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,
                 format=data.get("format") or "studio",
                 val_fraction=data.get("val_fraction") or 0.0,
+                allow_empty=bool(data.get("allow_empty")),
             )
             check_references(self._filters)
+            check_combination(self._filters, self._options)
         except FilterError as exc:
             raise forms.ValidationError(str(exc)) from exc
+        # Refused when saved, not at export time (the live counts show it as well).
+        problems = dataset_save_problems(filters=self._filters, options=self._options)
+        if problems:
+            raise forms.ValidationError(problems)
         return data
+
+    @property
+    def has_filters(self) -> bool:
+        """The filter and options parsed, whatever else is wrong with the form."""
+        return self._filters is not None and self._options is not None
 
     @property
     def filters(self) -> DatasetFilters:

@@ -61,6 +61,8 @@ class TurnRecord:
     achievements_unlocked: list[str]
     flagged: bool
     frame: FrameRef
+    # Actions read from the model's prose: the tool call in the row is inferred, not made.
+    text_fallback: bool = False
 
 
 @dataclass(slots=True)
@@ -244,7 +246,7 @@ class RowBuilder:
             + ("true" if record.flagged else "false")
             + ', "split": '
             + encode_basestring(split)
-            + "}"
+            + (', "text_fallback": true}' if record.text_fallback else "}")
         )
 
     def _tools(self, episode: EpisodeContext) -> str:

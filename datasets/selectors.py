@@ -7,11 +7,15 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, IntegerField, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Length
 
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.jsonl import episode_split
 from datasets.models import Dataset, DatasetVersion
+from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.tools import SYSTEM_PROMPT
 from studio.pagination import count_bounded, planner_estimate, round_estimate
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
@@ -40,8 +44,9 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     Exact while at most STUDIO_EXACT_COUNT_UP_TO turns match. Past that, counting exactly
     would read every matching turn (seconds at millions), so `estimated` is True, the page
     says "about", and: turns are PostgreSQL's estimate; episodes assume the selection's
-    episodes are as long as the average episode (all episodes / all turns); images per turn
-    come from the first ESTIMATE_SAMPLE_TURNS matching turns in export order.
+    episodes are as long as the average episode (all episodes / all turns); images, tokens
+    and bytes per turn come from the first ESTIMATE_SAMPLE_TURNS matching turns in export
+    order; the validation split is its expected share.
     """
     queryset = turn_queryset(filters)
     turns = count_bounded(queryset)
@@ -50,11 +55,21 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     sample_ids = queryset.order_by("episode_id", "index").values("pk")[:ESTIMATE_SAMPLE_TURNS]
     sample = _aggregate(Turn.objects.filter(pk__in=Subquery(sample_ids)), options)
     all_turns = max(planner_estimate(Turn.objects.all()), 1)
-    episodes = Episode.objects.count() * min(turns.value, all_turns) / all_turns
+    episodes = round(Episode.objects.count() * min(turns.value, all_turns) / all_turns)
+    episodes = max(1, min(turns.value, episodes))
+    per_turn = turns.value / max(sample["turns"], 1)
+    # The split is by a hash of each episode: on this many, its expected share.
+    val_fraction = options.val_fraction
     return {
         "turns": turns.value,
-        "episodes": round_estimate(max(1, min(turns.value, round(episodes)))),
-        "images": round_estimate(round(turns.value * sample["images"] / max(sample["turns"], 1))),
+        "episodes": round_estimate(episodes),
+        "images": round_estimate(round(sample["images"] * per_turn)),
+        "train_turns": round_estimate(round(turns.value * (1 - val_fraction))),
+        "val_turns": round_estimate(round(turns.value * val_fraction)),
+        "val_episodes": round_estimate(round(episodes * val_fraction)),
+        "val_fraction": val_fraction,
+        "estimated_tokens": round_estimate(round(sample["estimated_tokens"] * per_turn)),
+        "estimated_bytes": round(sample["estimated_bytes"] * per_turn),
         "estimated": True,
     }
 
@@ -70,10 +85,58 @@ def _aggregate(queryset: QuerySet[Turn], options: ExportOptions) -> dict[str, in
             RawSQL(_IMAGES_SQL.format(t=table), (options.history_frames,)),
             output_field=IntegerField(),
         )
+    aggregates["text_chars"] = Sum(Length("observation_text") + Coalesce(Length("model_text"), 0))
     counts = queryset.aggregate(**aggregates)
     counts.setdefault("images", counts["turns"])
     counts["images"] = counts["images"] or 0
+    if options.val_fraction > 0:
+        counts.update(_split_counts(queryset, options.val_fraction))
+    else:
+        counts.update(train_turns=counts["turns"], val_turns=0, val_episodes=0)
+    counts["val_fraction"] = options.val_fraction
+    # Estimates, said as such on the page: text at 4 characters a token plus the system
+    # prompt and tool per row; a 64 px frame costs 255 tokens at auto detail and about
+    # 12 KB of base64 in the file.
+    text_chars = (counts.pop("text_chars") or 0) + counts["turns"] * (len(SYSTEM_PROMPT) + 900)
+    counts["estimated_tokens"] = text_chars // CHARS_PER_TOKEN + counts["images"] * IMAGE_TOKENS
+    counts["estimated_bytes"] = text_chars + counts["images"] * IMAGE_BYTES
     return counts
+
+
+IMAGE_TOKENS = 255
+IMAGE_BYTES = 12_000
+
+
+def _split_counts(queryset: QuerySet[Turn], val_fraction: float) -> dict[str, int]:
+    """Rows of the training and validation files: the split is by episode (jsonl)."""
+    if val_fraction <= 0:
+        total = queryset.count()
+        return {"train_turns": total, "val_turns": 0, "val_episodes": 0}
+    train = val = val_episodes = 0
+    per_episode = queryset.values("episode__batch_id", "episode__seed").annotate(n=Count("id"))
+    for row in per_episode.order_by():
+        split = episode_split(
+            batch_id=row["episode__batch_id"], seed=row["episode__seed"], val_fraction=val_fraction
+        )
+        if split == "val":
+            val += row["n"]
+            val_episodes += 1
+        else:
+            train += row["n"]
+    return {"train_turns": train, "val_turns": val, "val_episodes": val_episodes}
+
+
+def dataset_save_problems(*, filters: DatasetFilters, options: ExportOptions) -> list[str]:
+    """Why a dataset with these settings could never be exported (checked when saved)."""
+    if options.format != "openai":
+        return []
+    rows = _split_counts(turn_queryset(filters), options.val_fraction)["train_turns"]
+    if rows < MIN_ROWS:
+        return [
+            f"The OpenAI format needs at least {MIN_ROWS} rows in the training file; "
+            f"this filter selects {rows}."
+        ]
+    return []
 
 
 def dataset_preview(

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from datasets.exporting import ExportRefused, export_count, export_files
+from datasets.exporting import ExportEmpty, ExportRefused, export_count, export_files
 from datasets.filters import DatasetFilters, ExportOptions
 from datasets.models import Dataset, DatasetVersion
 
@@ -145,6 +145,9 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
             _store(path, name)
             if result.val is not None:
                 _store(val_path, val_name)
+    except ExportEmpty as exc:
+        _version_fail(mine, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
+        return "failed"
     except ExportRefused as exc:
         lines = exc.lines()
         shown = lines[:MAX_ERROR_LINES]
@@ -155,7 +158,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         logger.exception("dataset version %s export failed", version_id)
         _version_fail(mine, f"{type(exc).__name__}: {exc}")
         return "failed"
-    split: dict = {"val_fraction": options.val_fraction}
+    split: dict = {"val_fraction": options.val_fraction, "warnings": result.warnings()}
     if result.val is not None:
         split["val"] = {
             "file": val_name,

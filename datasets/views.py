@@ -115,10 +115,17 @@ def dataset_counts(request: HttpRequest) -> HttpResponse:
     """Live counts for the filter form as it is being edited (htmx)."""
     form = DatasetForm(request.GET)
     context: dict = {}
-    if form.is_valid():
+    if form.is_valid() or form.has_filters:
+        # Counts stay in view when only saving would be refused (e.g. too few OpenAI rows).
         context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
-    else:
-        context["errors"] = [e for errors in form.errors.values() for e in errors]
+    if not form.is_valid():
+        # A missing name is for the save button to say, not the counts.
+        context["errors"] = [
+            e
+            for name, errors in form.errors.items()
+            if name not in ("name", "description")
+            for e in errors
+        ]
     return render(request, "datasets/partials/counts.html", context)
 
 
@@ -137,11 +144,11 @@ def dataset_versions(request: HttpRequest, dataset_id: int) -> HttpResponse:
 def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
     dataset = get_object_or_404(Dataset, id=dataset_id)
     try:
-        version = services.dataset_version_create(dataset=dataset, created_by=request.user)
+        services.dataset_version_create(dataset=dataset, created_by=request.user)
     except FilterError as exc:
         messages.error(request, f"Cannot export: {exc}")
         return redirect("datasets:dataset_detail", dataset_id=dataset.id)
-    messages.success(request, f"Version {version.number} is being exported.")
+    # No flash message: the versions table says "exporting" while it is, and stops saying it.
     return redirect("datasets:dataset_detail", dataset_id=dataset.id)
 
 
@@ -188,7 +195,8 @@ def dataset_import(request: HttpRequest) -> HttpResponse:
                         fh.write(chunk)
                 summary = import_file(
                     path=tmp,
-                    name=form.cleaned_data["name"] or Path(upload.name).name,
+                    name=form.cleaned_data["name"],
+                    source_name=Path(upload.name).name,
                     created_by=request.user,
                 )
             except ImportFailed as exc:

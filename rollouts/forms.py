@@ -10,75 +10,200 @@ from django.conf import settings as django_settings
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
+    IMAGE_DETAILS,
     POLICIES,
     RolloutSettings,
     SettingsError,
     parse_seeds,
+    seeds_spec,
 )
 from rollouts.selectors_review import TurnFilters
 from rollouts.services_review import NOTE_MAX_LENGTH
 
-# RolloutSettings names options the way the command line does; errors go on the form field.
-_SETTINGS_FIELD = {
-    "policy": "policy",
-    "seeds": "seeds",
-    "steps": "steps",
-    "image-size": "image_size",
-    "actions": "actions",
-    "history-frames": "history_frames",
-    "concurrency": "concurrency",
-    "model": "model",
-}
+_DEFAULTS = RolloutSettings.unchecked(policy="scripted")
+OPENAI_ONLY = "openai"
+
+
+def _only_for(field: forms.Field, policies: str) -> forms.Field:
+    """The field applies to these policies only (space-separated); the page hides it else."""
+    field.policies = policies  # type: ignore[attr-defined]
+    # Hidden and not sent for other policies: the settings' default applies then.
+    field.required = False
+    return field
+
+
+def _page_message(message: str) -> str:
+    """RolloutSettings words its problems for the command line; the page names no flags."""
+    message = message.replace("needs --model", "needs a model name")
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
 class BatchCreateForm(forms.Form):
+    """Every option of RolloutSettings; defaults come from it, so they cannot differ."""
+
     name = forms.CharField(max_length=200, required=False)
-    policy = forms.ChoiceField(choices=[(p, p) for p in POLICIES], initial="scripted")
-    model = forms.CharField(
-        max_length=200, required=False, help_text="Model name for the openai policy."
+    policy = forms.ChoiceField(
+        choices=[(p, p) for p in POLICIES],
+        initial="scripted",
+        help_text="scripted cycles a list of actions; random picks uniformly; openai asks a model.",
     )
-    base_url = forms.URLField(
-        max_length=500,
-        required=False,
-        label="Endpoint",
-        assume_scheme="https",
-        help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL. Keys never go here.",
+    model = _only_for(
+        forms.CharField(max_length=200, required=False, help_text="Model name, e.g. gpt-4o-mini."),
+        OPENAI_ONLY,
     )
-    seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12")
-    steps = forms.IntegerField(initial=256, min_value=1)
-    image_size = forms.IntegerField(initial=64, min_value=1, label="Image size (px)")
-    history_frames = forms.IntegerField(initial=0, min_value=0, label="History frames")
-    concurrency = forms.IntegerField(initial=4, min_value=1)
-    actions = forms.CharField(
-        required=False,
-        initial=" ".join(DEFAULT_SCRIPT),
-        help_text="Scripted policy: action names separated by spaces, cycled.",
+    base_url = _only_for(
+        forms.URLField(
+            max_length=500,
+            required=False,
+            label="Endpoint",
+            assume_scheme="https",
+            help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL. Keys never go here.",
+        ),
+        OPENAI_ONLY,
     )
+    seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12; one episode each.")
+    steps = forms.IntegerField(
+        initial=_DEFAULTS.steps, min_value=1, help_text="Step limit of each episode."
+    )
+    image_size = forms.IntegerField(
+        initial=_DEFAULTS.image_size, min_value=1, label="Image size (px)"
+    )
+    actions = _only_for(
+        forms.CharField(
+            required=False,
+            initial=" ".join(DEFAULT_SCRIPT),
+            help_text="Action names separated by spaces, cycled.",
+        ),
+        "scripted",
+    )
+    observation_mode = _only_for(
+        forms.ChoiceField(
+            choices=[
+                ("image_text", "image and text"),
+                ("image", "image only"),
+                ("text", "text only"),
+            ],
+            initial=_DEFAULTS.observation_mode,
+            label="Observation",
+            help_text="What the model is shown each turn.",
+        ),
+        OPENAI_ONLY,
+    )
+    history_frames = _only_for(
+        forms.IntegerField(
+            initial=_DEFAULTS.history_frames,
+            min_value=0,
+            label="History frames",
+            help_text="Also show the last K turns' frames (0-9).",
+        ),
+        OPENAI_ONLY,
+    )
+    image_detail = _only_for(
+        forms.ChoiceField(
+            choices=[(d, d) for d in IMAGE_DETAILS],
+            initial=_DEFAULTS.image_detail,
+            help_text="low costs 85 tokens an image.",
+        ),
+        OPENAI_ONLY,
+    )
+    temperature = _only_for(
+        forms.FloatField(initial=_DEFAULTS.temperature, help_text="0 to 2."), OPENAI_ONLY
+    )
+    max_tokens = _only_for(
+        forms.IntegerField(initial=_DEFAULTS.max_tokens, label="Max tokens"), OPENAI_ONLY
+    )
+    on_bad_output = _only_for(
+        forms.ChoiceField(
+            choices=[("noop", "play noop and go on"), ("end", "end the episode")],
+            initial=_DEFAULTS.on_bad_output,
+            label="On bad output",
+            help_text="After a failed call or an unusable answer.",
+        ),
+        OPENAI_ONLY,
+    )
+    max_retries = _only_for(
+        forms.IntegerField(
+            initial=_DEFAULTS.max_retries,
+            label="Retries",
+            help_text="Of a 429, 5xx, timeout or dropped connection (0-20).",
+        ),
+        OPENAI_ONLY,
+    )
+    request_timeout = _only_for(
+        forms.FloatField(
+            initial=_DEFAULTS.request_timeout, label="Request timeout (s)", help_text="Up to 600."
+        ),
+        OPENAI_ONLY,
+    )
+    concurrency = _only_for(
+        forms.IntegerField(
+            initial=_DEFAULTS.concurrency,
+            help_text="Most requests in flight to the endpoint, across all workers.",
+        ),
+        OPENAI_ONLY,
+    )
+    requests_per_minute = _only_for(
+        forms.IntegerField(
+            initial=_DEFAULTS.requests_per_minute,
+            label="Requests per minute",
+            help_text="Per endpoint, across all workers; 0 = no limit.",
+        ),
+        OPENAI_ONLY,
+    )
+
+    _SETTINGS_FIELDS = (
+        "model",
+        "steps",
+        "image_size",
+        "observation_mode",
+        "history_frames",
+        "image_detail",
+        "temperature",
+        "max_tokens",
+        "on_bad_output",
+        "max_retries",
+        "request_timeout",
+        "concurrency",
+        "requests_per_minute",
+    )
+
+    @classmethod
+    def initial_from(cls, settings: RolloutSettings) -> dict[str, Any]:
+        """The form filled with a batch's settings ("Run again")."""
+        initial = {name: getattr(settings, name) for name in cls._SETTINGS_FIELDS}
+        initial.update(
+            name=settings.name,
+            policy=settings.policy,
+            base_url=settings.base_url,
+            seeds=seeds_spec(settings.seeds),
+            actions=" ".join(settings.actions),
+        )
+        return initial
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if self.errors:
-            return data
+        values: dict[str, Any] = {"policy": data.get("policy") or "scripted"}
         try:
-            seeds = tuple(parse_seeds(data["seeds"]))
-            actions = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
-            self.rollout_settings = RolloutSettings(
-                policy=data["policy"],
-                name=data.get("name", ""),
-                model=data.get("model", "").strip(),
-                base_url=(data.get("base_url") or "").strip()
-                or (django_settings.OPENAI_BASE_URL if data["policy"] == "openai" else ""),
-                seeds=seeds,
-                steps=data["steps"],
-                image_size=data["image_size"],
-                history_frames=data["history_frames"],
-                concurrency=data["concurrency"],
-                actions=actions,
-            )
+            values["seeds"] = tuple(parse_seeds(data.get("seeds") or ""))
         except SettingsError as exc:
-            message = str(exc)
-            key = message.split(":", 1)[0]
-            self.add_error(_SETTINGS_FIELD.get(key), message)
+            if "seeds" not in self.errors:
+                self.add_error("seeds", _page_message(str(exc).split(": ", 1)[-1]))
+        for name in self._SETTINGS_FIELDS:
+            # Not sent (a field of another policy): the settings' default applies.
+            if data.get(name) not in (None, "") and name not in self.errors:
+                values[name] = data[name]
+        values["model"] = (data.get("model") or "").strip()
+        values["name"] = data.get("name", "")
+        values["actions"] = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
+        values["base_url"] = (data.get("base_url") or "").strip() or (
+            django_settings.OPENAI_BASE_URL if values["policy"] == "openai" else ""
+        )
+        # Every problem at once, each on its field.
+        for field_name, message in RolloutSettings.unchecked(**values).problems():
+            if field_name in self.fields and field_name not in self.errors:
+                self.add_error(field_name, _page_message(message))
+        if not self.errors:
+            self.rollout_settings = RolloutSettings(**values)
         return data
 
 
@@ -96,6 +221,20 @@ class TurnFilterForm(forms.Form):
         required=False,
         label="Unlocked",
     )
+    policy = forms.ChoiceField(
+        choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported"))], required=False
+    )
+    seed = forms.IntegerField(required=False, min_value=0)
+    reward = forms.ChoiceField(
+        choices=[("any", "any"), ("positive", "> 0"), ("zero", "= 0"), ("negative", "< 0")],
+        required=False,
+    )
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text="Model text, notes and observation text.",
+    )
 
     def filters(self) -> TurnFilters:
         """The validated filters; call after is_valid()."""
@@ -106,6 +245,10 @@ class TurnFilterForm(forms.Form):
             flagged=data.get("flagged") or "any",
             has_error=data.get("has_error") or "any",
             achievement=data.get("achievement") or "",
+            policy=data.get("policy") or "",
+            seed=data.get("seed"),
+            reward=data.get("reward") or "any",
+            search=(data.get("q") or "").strip(),
         )
 
 

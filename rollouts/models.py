@@ -29,6 +29,10 @@ class RolloutBatch(models.Model):
     step_limit = models.PositiveIntegerField(default=256)
     image_size = models.PositiveIntegerField(default=64)
     settings = models.JSONField(default=dict, blank=True)
+    # The system prompt the batch's model was sent (rollouts.tools.PROMPT_VERSION and text):
+    # the prompt's wording changes, a batch keeps what it saw. Blank for baselines.
+    prompt_version = models.PositiveSmallIntegerField(default=0)
+    system_prompt = models.TextField(blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
 
@@ -52,6 +56,8 @@ class RolloutBatch(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "rollout batch"
+        verbose_name_plural = "rollout batches"
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
@@ -78,6 +84,17 @@ class RolloutBatch(models.Model):
     @property
     def progress_percent(self) -> int:
         return int(100 * self.episodes_done / self.episodes_total) if self.episodes_total else 0
+
+    def _share(self, count: int) -> float:
+        return round(100 * count / self.episodes_total, 2) if self.episodes_total else 0.0
+
+    @property
+    def finished_percent(self) -> float:
+        return self._share(self.episodes_finished)
+
+    @property
+    def failed_percent(self) -> float:
+        return self._share(self.episodes_failed)
 
 
 class Episode(models.Model):
@@ -183,7 +200,7 @@ class Turn(models.Model):
         ]
         # The turn list's order (newest episode first, turns in play order) and its filters
         # that keep few rows: a page of 50 is read straight off the index at any table size.
-        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0002).
+        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0004).
         indexes = [
             models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
             models.Index(

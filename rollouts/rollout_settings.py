@@ -42,6 +42,20 @@ def parse_seeds(spec: str) -> list[int]:
     return sorted(seeds)
 
 
+def seeds_spec(seeds: list[int] | tuple[int, ...]) -> str:
+    """The inverse of `parse_seeds`: [0, 1, 2, 3, 7] -> `0-3,7`."""
+    parts: list[str] = []
+    ordered = sorted(set(seeds))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
     policy: str
@@ -68,52 +82,114 @@ class RolloutSettings:
     def __post_init__(self) -> None:
         self.validate()
 
+    @classmethod
+    def unchecked(cls, **values: Any) -> RolloutSettings:
+        """An instance without validation, to list all its `problems()` (forms)."""
+        instance = object.__new__(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in values:
+                value = values[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()  # type: ignore[misc]
+            object.__setattr__(instance, f.name, value)
+        return instance
+
     def validate(self) -> None:
-        if self.policy not in POLICIES:
-            raise SettingsError(f"policy: {self.policy!r} is not one of {', '.join(POLICIES)}")
-        if not self.seeds:
-            raise SettingsError("seeds: at least one seed is needed")
-        if any(s < 0 or s >= 2**31 - 1 for s in self.seeds):
-            raise SettingsError("seeds: each seed must be between 0 and 2147483646")
-        if not 1 <= self.steps <= 10_000:
-            raise SettingsError(f"steps: {self.steps} is not between 1 and 10000")
-        if not 9 <= self.image_size <= 1024:
-            raise SettingsError(f"image-size: {self.image_size} is not between 9 and 1024")
-        if not self.actions:
-            raise SettingsError("actions: at least one action is needed")
+        problems = self.problems()
+        if problems:
+            field_name, message = problems[0]
+            raise SettingsError(f"{field_name.replace('_', '-')}: {message}")
+
+    def problems(self) -> list[tuple[str, str]]:
+        """Every invalid option as (field name, what is wrong), for a form to show at once."""
+        found: list[tuple[str, str]] = []
+
+        def check(ok: bool, field_name: str, message: str) -> None:
+            if not ok:
+                found.append((field_name, message))
+
+        check(
+            self.policy in POLICIES,
+            "policy",
+            f"{self.policy!r} is not one of {', '.join(POLICIES)}",
+        )
+        check(bool(self.seeds), "seeds", "at least one seed is needed")
+        check(
+            all(0 <= s < 2**31 - 1 for s in self.seeds),
+            "seeds",
+            "each seed must be between 0 and 2147483646",
+        )
+        check(1 <= self.steps <= 10_000, "steps", f"{self.steps} is not between 1 and 10000")
+        check(
+            9 <= self.image_size <= 1024,
+            "image_size",
+            f"{self.image_size} is not between 9 and 1024",
+        )
+        check(bool(self.actions), "actions", "at least one action is needed")
         unknown = [a for a in self.actions if a not in ACTIONS]
-        if unknown:
-            raise SettingsError(
-                f"actions: unknown action {unknown[0]!r}; known: {', '.join(ACTIONS)}"
-            )
-        if not 0 <= self.history_frames <= 9:
-            raise SettingsError(f"history-frames: {self.history_frames} is not between 0 and 9")
-        if not 1 <= self.concurrency <= 256:
-            raise SettingsError(f"concurrency: {self.concurrency} is not between 1 and 256")
-        if self.image_detail not in IMAGE_DETAILS:
-            raise SettingsError(
-                f"image-detail: {self.image_detail!r} is not one of {IMAGE_DETAILS}"
-            )
-        if self.observation_mode not in OBSERVATION_MODES:
-            raise SettingsError(
-                f"observation-mode: {self.observation_mode!r} is not one of {OBSERVATION_MODES}"
-            )
-        if self.on_bad_output not in ON_BAD_OUTPUT:
-            raise SettingsError(
-                f"on-bad-output: {self.on_bad_output!r} is not one of {ON_BAD_OUTPUT}"
-            )
-        if not 0 <= self.max_retries <= 20:
-            raise SettingsError(f"max-retries: {self.max_retries} is not between 0 and 20")
-        if not 0 < self.request_timeout <= 600:
-            raise SettingsError(f"request-timeout: {self.request_timeout} is not in (0, 600]")
-        if not 0 <= self.temperature <= 2:
-            raise SettingsError(f"temperature: {self.temperature} is not between 0 and 2")
-        if not 1 <= self.max_tokens <= 32_768:
-            raise SettingsError(f"max-tokens: {self.max_tokens} is not between 1 and 32768")
-        if self.requests_per_minute < 0:
-            raise SettingsError("requests-per-minute: must be 0 (no limit) or more")
-        if self.policy == "openai" and not self.model:
-            raise SettingsError("model: the openai policy needs --model")
+        check(
+            not unknown,
+            "actions",
+            f"unknown action {unknown[0]!r}; known: {', '.join(ACTIONS)}" if unknown else "",
+        )
+        check(
+            0 <= self.history_frames <= 9,
+            "history_frames",
+            f"{self.history_frames} is not between 0 and 9",
+        )
+        check(
+            1 <= self.concurrency <= 256,
+            "concurrency",
+            f"{self.concurrency} is not between 1 and 256",
+        )
+        check(
+            self.image_detail in IMAGE_DETAILS,
+            "image_detail",
+            f"{self.image_detail!r} is not one of {IMAGE_DETAILS}",
+        )
+        check(
+            self.observation_mode in OBSERVATION_MODES,
+            "observation_mode",
+            f"{self.observation_mode!r} is not one of {OBSERVATION_MODES}",
+        )
+        check(
+            self.on_bad_output in ON_BAD_OUTPUT,
+            "on_bad_output",
+            f"{self.on_bad_output!r} is not one of {ON_BAD_OUTPUT}",
+        )
+        check(
+            0 <= self.max_retries <= 20,
+            "max_retries",
+            f"{self.max_retries} is not between 0 and 20",
+        )
+        check(
+            0 < self.request_timeout <= 600,
+            "request_timeout",
+            f"{self.request_timeout} is not in (0, 600]",
+        )
+        check(
+            0 <= self.temperature <= 2,
+            "temperature",
+            f"{self.temperature} is not between 0 and 2",
+        )
+        check(
+            1 <= self.max_tokens <= 32_768,
+            "max_tokens",
+            f"{self.max_tokens} is not between 1 and 32768",
+        )
+        check(
+            self.requests_per_minute >= 0,
+            "requests_per_minute",
+            "must be 0 (no limit) or more",
+        )
+        check(
+            self.policy != "openai" or bool(self.model),
+            "model",
+            "the openai policy needs --model",
+        )
+        return found
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -26,3 +26,18 @@ def crafter_score(rates: Mapping[str, float]) -> float:
     """exp(mean(ln(1 + s_i))) - 1 over the 22 achievements' success rates in percent."""
     values = [rates.get(name, 0.0) for name in ACHIEVEMENTS]
     return math.exp(sum(math.log(1 + s) for s in values) / len(values)) - 1
+
+
+# The one unit of the score everywhere (pages, command output, JSON): percent, two decimals,
+# as the paper reports it. 0.23 means 0.23%, not 23%.
+SCORE_UNIT = "percent (0-100, two decimals, as in Hafner 2021: 0.23 means 0.23%)"
+
+
+def score_percent(score: float) -> float:
+    """The score as every output states it."""
+    return round(score, 2)
+
+
+def score_text(score: float | None) -> str:
+    """`0.23%`, or `—` when no episode finished (there is no score yet)."""
+    return "—" if score is None else f"{score_percent(score):.2f}%"

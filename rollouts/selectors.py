@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Avg, Count, Q, Sum
 
 from rollouts.models import Episode, Frame, RolloutBatch
-from rollouts.scoring import crafter_score, success_rates
+from rollouts.scoring import crafter_score, score_percent, success_rates
 
 
 def batch_episode_counts(*, batch_id: int) -> dict[str, int]:
@@ -44,7 +44,7 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "failed": counts["failed"],
         "mean_steps": round(agg["mean_steps"] or 0.0, 2),
         "mean_achievements": round(agg["mean_achievements"] or 0.0, 3),
-        "crafter_score": round(crafter_score(batch_success_rates(batch_id=batch.id)), 3),
+        "crafter_score": score_percent(crafter_score(batch_success_rates(batch_id=batch.id))),
         "total_tool_calls": agg["tool_calls"] or 0,
         "model_calls": batch.model_calls,
         "model_errors": batch.model_errors,
@@ -54,6 +54,44 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "completion_tokens": batch.completion_tokens,
         "status": batch.status,
     }
+
+
+_OPENAI_SETTINGS = (
+    ("model", "Model", ""),
+    ("base_url", "Endpoint", ""),
+    ("observation_mode", "Observation", ""),
+    ("history_frames", "History frames", ""),
+    ("image_detail", "Image detail", ""),
+    ("temperature", "Temperature", ""),
+    ("max_tokens", "Max tokens", ""),
+    ("on_bad_output", "On bad output", ""),
+    ("max_retries", "Retries", ""),
+    ("request_timeout", "Request timeout", " s"),
+    ("concurrency", "Concurrency", " requests in flight"),
+    ("requests_per_minute", "Requests per minute", ""),
+)
+
+
+def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
+    """The batch's settings as (label, value) rows: only those that apply to its policy."""
+    from rollouts.rollout_settings import seeds_spec
+
+    data = batch.settings or {}
+    rows = [
+        ("Policy", batch.policy),
+        ("Seeds", seeds_spec(batch.seeds) if batch.seeds else "—"),
+        ("Steps", str(batch.step_limit)),
+        ("Image size", f"{batch.image_size} px"),
+    ]
+    if batch.policy == RolloutBatch.Policy.SCRIPTED:
+        rows.append(("Actions", " ".join(data.get("actions") or ())))
+    if batch.policy == RolloutBatch.Policy.OPENAI:
+        for key, label, unit in _OPENAI_SETTINGS:
+            value = data.get(key, "")
+            if key == "requests_per_minute" and not value:
+                value, unit = "no limit", ""
+            rows.append((label, f"{value}{unit}" if value != "" else "—"))
+    return rows
 
 
 def frame_exists(*, sha256: str) -> bool:

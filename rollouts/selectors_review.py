@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
@@ -58,19 +59,33 @@ def batch_is_active(*, batch: RolloutBatch) -> bool:
 
 def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
     ordering = EPISODE_SORTS.get(sort, EPISODE_SORTS["seed"])
+    # Errors as the turns recorded them (a failed call or an unusable answer each).
+    turn_errors = (
+        Turn.objects.filter(episode=OuterRef("pk"))
+        .exclude(error_kind="", error="")
+        .order_by()
+        .values("episode")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     return (
         Episode.objects.filter(batch_id=batch_id)
         .defer("achievements", "claim_token")
+        .annotate(turn_errors=Coalesce(Subquery(turn_errors), 0))
         .order_by(*ordering)
     )
 
 
 def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
-    return Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
+    stats = Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
         mean_steps=Avg("steps"),
         mean_reward=Avg("total_reward"),
         mean_achievements=Avg("achievement_count"),
     )
+    stats["mean_latency_ms"] = Turn.objects.filter(
+        episode__batch_id=batch_id, latency_ms__gt=0
+    ).aggregate(m=Avg("latency_ms"))["m"]
+    return stats
 
 
 @dataclass(frozen=True)
@@ -185,6 +200,10 @@ class TurnFilters:
     flagged: str = "any"  # any | only | exclude
     has_error: str = "any"  # any | yes | no
     achievement: str = ""
+    policy: str = ""
+    seed: int | None = None
+    reward: str = "any"  # any | positive | zero | negative
+    search: str = ""  # model text, note and observation text, case-insensitive
 
     def is_empty(self) -> bool:
         return self == TurnFilters()
@@ -205,6 +224,22 @@ def turns_filtered(*, filters: TurnFilters) -> QuerySet[Turn]:
         turns = turns.exclude(error="")
     elif filters.has_error == "no":
         turns = turns.filter(error="")
+    if filters.policy:
+        turns = turns.filter(episode__batch__policy=filters.policy)
+    if filters.seed is not None:
+        turns = turns.filter(episode__seed=filters.seed)
+    if filters.reward == "positive":
+        turns = turns.filter(reward__gt=0)
+    elif filters.reward == "zero":
+        turns = turns.filter(reward=0)
+    elif filters.reward == "negative":
+        turns = turns.filter(reward__lt=0)
+    if filters.search:
+        turns = turns.filter(
+            Q(model_text__icontains=filters.search)
+            | Q(note__icontains=filters.search)
+            | Q(observation_text__icontains=filters.search)
+        )
     if filters.achievement:
         if filters.achievement not in ACHIEVEMENTS:
             # An unknown name must not silently match nothing: forms reject it before here.
@@ -220,24 +255,41 @@ def _unlocked_lookup(name: str) -> Q:
     return Q(achievements_unlocked__icontains=f'"{name}"')
 
 
-# The turn list's default order: newest episode first, its turns in play order. Unique
-# (turn_unique_episode_index) and served by the index turn_list_order_idx. Any other order
-# the list offers must also end in a unique key, e.g. ("-reward", "id"), for its cursors.
-TURN_LIST_ORDER: tuple[str, ...] = ("-episode_id", "index")
+# Sort keys of the turn list's columns -> the ordering they stand for; newest first by default.
+# Each ends in a unique key (episode, index: turn_unique_episode_index) so that keyset pages
+# (cursors) are exact; the default is served by the index turn_list_order_idx.
+TURN_SORTS: dict[str, tuple[str, ...]] = {
+    "": ("-episode_id", "index"),
+    "batch": ("episode__batch_id", "episode_id", "index"),
+    "-batch": ("-episode__batch_id", "-episode_id", "index"),
+    "episode": ("episode_id", "index"),
+    "-episode": ("-episode_id", "index"),
+    "seed": ("episode__seed", "episode_id", "index"),
+    "-seed": ("-episode__seed", "-episode_id", "index"),
+    "turn": ("index", "episode_id"),
+    "-turn": ("-index", "episode_id"),
+    "reward": ("reward", "episode_id", "index"),
+    "-reward": ("-reward", "episode_id", "index"),
+}
+TURN_LIST_ORDER: tuple[str, ...] = TURN_SORTS[""]
 
 
 def turn_list_page(
     *,
     turns: QuerySet[Turn],
-    order: tuple[str, ...] = TURN_LIST_ORDER,
+    sort: str = "",
     after: str | None = None,
     before: str | None = None,
     size: int,
 ) -> KeysetPage:
-    """One page of the turn list, by cursor (keyset), never by OFFSET: page 20,000 costs
-    what page 1 costs."""
+    """One page of the turn list in the `sort` column's order, by cursor (keyset), never by
+    OFFSET: page 20,000 costs what page 1 costs."""
     return keyset_page(
-        turn_list_page_rows(turns=turns), order=order, after=after, before=before, size=size
+        turn_list_page_rows(turns=turns, sort=sort),
+        order=TURN_SORTS.get(sort, TURN_LIST_ORDER),
+        after=after,
+        before=before,
+        size=size,
     )
 
 
@@ -247,28 +299,32 @@ def turns_count(*, turns: QuerySet[Turn]) -> BoundedCount:
     return count_bounded(turns)
 
 
-def turn_list_page_rows(*, turns: QuerySet[Turn]) -> QuerySet[Turn]:
+def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Turn]:
     """What a page of the turn list needs, without the heavy request and observation text."""
-    return turns.select_related("episode__batch", "frame").only(
-        "id",
-        "index",
-        "model_text",
-        "actions",
-        "reward",
-        "achievements_unlocked",
-        "error",
-        "error_kind",
-        "flagged",
-        "note",
-        "episode__id",
-        "episode__seed",
-        "episode__batch__id",
-        "episode__batch__name",
-        "episode__batch__model",
-        "episode__batch__policy",
-        "frame__id",
-        "frame__sha256",
-        "frame__step",
+    return (
+        turns.select_related("episode__batch", "frame")
+        .only(
+            "id",
+            "index",
+            "model_text",
+            "actions",
+            "reward",
+            "achievements_unlocked",
+            "error",
+            "error_kind",
+            "flagged",
+            "note",
+            "episode__id",
+            "episode__seed",
+            "episode__batch__id",
+            "episode__batch__name",
+            "episode__batch__model",
+            "episode__batch__policy",
+            "frame__id",
+            "frame__sha256",
+            "frame__step",
+        )
+        .order_by(*TURN_SORTS.get(sort, TURN_LIST_ORDER))
     )
 
 
@@ -291,8 +347,10 @@ def turn_bulk_flag_list_query(*, job: TurnBulkFlag) -> str:
     """The turn list's address query for the job's filters (its form's field names)."""
     from urllib.parse import urlencode
 
-    names = {"batch_id": "batch", "model": "model", "flagged": "flagged"}
-    names |= {"has_error": "has_error", "achievement": "achievement"}
+    # TurnFilters field -> TurnFilterForm field (rollouts.forms); the same name but two.
+    names = {name: name for name in ("model", "flagged", "has_error", "achievement")}
+    names |= {"batch_id": "batch", "search": "q", "policy": "policy", "seed": "seed"}
+    names |= {"reward": "reward"}
     defaults = TurnFilters()
     return urlencode(
         {

@@ -18,6 +18,7 @@ from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder
 from rollouts.rollout_settings import RolloutSettings
+from rollouts.tools import PROMPT_VERSION, system_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ def batch_create(
 ) -> RolloutBatch:
     """One batch, one pending episode per seed; enqueued on Celery once committed."""
     versions = library_versions()
+    sends_prompt = settings.policy == "openai"
     with transaction.atomic():
         batch = RolloutBatch.objects.create(
             name=settings.name,
@@ -39,6 +41,15 @@ def batch_create(
             step_limit=settings.steps,
             image_size=settings.image_size,
             settings=settings.to_json(),
+            prompt_version=PROMPT_VERSION if sends_prompt else 0,
+            system_prompt=(
+                system_prompt(
+                    observation_mode=settings.observation_mode,
+                    history_frames=settings.history_frames,
+                )
+                if sends_prompt
+                else ""
+            ),
             episodes_total=len(settings.seeds),
             created_by=created_by,
             crafter_version=versions["crafter"],
@@ -63,6 +74,58 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     for episode_id in ids:
         episode_run.delay(episode_id)
     return len(ids)
+
+
+def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
+    """Run again what did not finish: failed or canceled episodes start afresh, pending ones
+    and running ones whose worker died (stale heartbeat) are sent again. `rollout --resume`
+    and the batch page's Resume. Returns how many episodes are left to play."""
+    with transaction.atomic():
+        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
+        # Their partial rows are replaced when replayed (episode_run, attempts > 1).
+        reset = Episode.objects.filter(batch=locked, status=Episode.Status.FAILED).update(
+            status=Episode.Status.PENDING, error="", claim_token="", finished_at=None
+        )
+        left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
+        if left:
+            RolloutBatch.objects.filter(id=locked.id).update(
+                episodes_failed=F("episodes_failed") - reset,
+                status=RolloutBatch.Status.RUNNING
+                if locked.started_at
+                else RolloutBatch.Status.PENDING,
+                error="",
+                finished_at=None,
+            )
+        if enqueue and left:
+            transaction.on_commit(lambda: batch_enqueue(batch=locked))
+    batch.refresh_from_db()
+    return left
+
+
+def batch_cancel(*, batch: RolloutBatch) -> int:
+    """Stop a pending or running batch: its unfinished episodes fail as canceled, and a worker
+    playing one stops at its next chunk (its claim is withdrawn). Returns episodes stopped."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
+        if locked.status not in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
+            return 0
+        stopped = Episode.objects.filter(
+            batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
+        ).update(
+            status=Episode.Status.FAILED,
+            error="canceled",
+            claim_token="",
+            finished_at=now,
+        )
+        RolloutBatch.objects.filter(id=locked.id).update(
+            status=RolloutBatch.Status.CANCELED,
+            episodes_failed=F("episodes_failed") + stopped,
+            error="canceled",
+            finished_at=now,
+        )
+    batch.refresh_from_db()
+    return stopped
 
 
 def batch_settings(batch: RolloutBatch) -> RolloutSettings:

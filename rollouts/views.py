@@ -17,6 +17,7 @@ from django.http import (
     QueryDict,
 )
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -32,7 +33,7 @@ from rollouts.forms import (
 )
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
-from rollouts.scoring import crafter_score
+from rollouts.scoring import crafter_score, score_text
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVIEW_PERMISSION = "rollouts.review_turn"
@@ -60,22 +61,61 @@ def batch_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @permission_required(REVIEW_PERMISSION, raise_exception=True)
 def batch_create(request: HttpRequest) -> HttpResponse:
-    form = BatchCreateForm(request.POST or None)
+    source = None
+    initial = None
+    if request.method == "GET" and request.GET.get("from", "").isdigit():
+        # "Run again": the form prefilled with that batch's settings.
+        source = RolloutBatch.objects.filter(id=int(request.GET["from"])).first()
+        if source is not None and source.policy != RolloutBatch.Policy.IMPORTED:
+            initial = BatchCreateForm.initial_from(services.batch_settings(source))
+    form = BatchCreateForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         batch = services.batch_create(settings=form.rollout_settings, created_by=request.user)
         messages.success(
             request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
         )
         return redirect("rollouts:batch_detail", batch_id=batch.id)
-    return render(request, "rollouts/batch_new.html", {"form": form})
+    return render(
+        request, "rollouts/batch_new.html", {"form": form, "source": source if initial else None}
+    )
+
+
+@require_POST
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def batch_resume(request: HttpRequest, batch_id: int) -> HttpResponse:
+    batch = _batch_or_404(batch_id)
+    if batch.policy == RolloutBatch.Policy.IMPORTED:
+        return HttpResponseBadRequest("an imported batch has nothing to play")
+    left = services.batch_resume(batch=batch)
+    if left:
+        messages.success(request, f"Resumed: {left} unfinished episode{pluralize(left)} queued.")
+    else:
+        messages.info(request, "Every episode of this batch has finished; nothing to resume.")
+    return redirect("rollouts:batch_detail", batch_id=batch.id)
+
+
+@require_POST
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def batch_cancel(request: HttpRequest, batch_id: int) -> HttpResponse:
+    batch = _batch_or_404(batch_id)
+    stopped = services.batch_cancel(batch=batch)
+    if stopped or batch.status == RolloutBatch.Status.CANCELED:
+        messages.success(request, f"Canceled: {stopped} episode{pluralize(stopped)} stopped.")
+    else:
+        messages.info(request, "This batch is not running; nothing to cancel.")
+    return redirect("rollouts:batch_detail", batch_id=batch.id)
+
+
+def _batch_or_404(batch_id: int) -> RolloutBatch:
+    try:
+        return selectors_review.batch_get(batch_id=batch_id)
+    except RolloutBatch.DoesNotExist as exc:
+        raise Http404("no such batch") from exc
 
 
 @require_GET
 def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
-    try:
-        batch = selectors_review.batch_get(batch_id=batch_id)
-    except RolloutBatch.DoesNotExist as exc:
-        raise Http404("no such batch") from exc
+    batch = _batch_or_404(batch_id)
     sort = request.GET.get("sort", "seed")
     if sort not in selectors_review.EPISODE_SORTS:
         sort = "seed"
@@ -100,11 +140,14 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
             ("achievements", "Achievements"),
         ],
         "rates": [(name, rates.get(name, 0.0)) for name in ACHIEVEMENTS],
-        "score": crafter_score(rates),
+        # No finished episode, no score: "—", not a 0.00% that reads like a result.
+        "score": score_text(crafter_score(rates) if batch.episodes_finished else None),
         "stats": selectors_review.batch_episode_stats(batch_id=batch.id),
         "active": active,
         "poll_seconds": POLL_SECONDS,
-        "settings_json": json.dumps(batch.settings, indent=2, sort_keys=True),
+        "settings_rows": selectors.batch_settings_rows(batch=batch),
+        "unfinished": batch.episodes_total - batch.episodes_finished,
+        "can_review": request.user.has_perm(REVIEW_PERMISSION),
     }
     if request.htmx:
         return render(request, "rollouts/partials/batch_body.html", context)
@@ -151,11 +194,15 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     filters = form.filters() if form.is_valid() else None
     if not form.is_bound:
         filters = selectors_review.TurnFilters()
+    sort = request.GET.get("sort", "")
+    if sort not in selectors_review.TURN_SORTS:
+        sort = ""
     page = count = None
     if filters is not None:
         turns = selectors_review.turns_filtered(filters=filters)
         page = selectors_review.turn_list_page(
             turns=turns,
+            sort=sort,
             after=request.GET.get("after"),
             before=request.GET.get("before"),
             size=TURNS_PER_PAGE,
@@ -169,6 +216,10 @@ def turn_list(request: HttpRequest) -> HttpResponse:
             "page": page,
             "count": count,
             "filter_query": _query_without(request.GET, "page", "after", "before"),
+            # A new sort starts at the first page: a cursor belongs to the order it came from.
+            "sort_query": _query_without(request.GET, "page", "after", "before", "sort"),
+            "sort": sort,
+            "sort_columns": [("batch", "Batch"), ("episode", "Episode"), ("turn", "Turn")],
             "choices": selectors_review.turn_filter_choices(),
             "can_review": request.user.has_perm(REVIEW_PERMISSION),
         },
@@ -188,7 +239,7 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
     flagged = flag_form.cleaned_data["set_flagged"]
     turns = selectors_review.turns_filtered(filters=filters)
     filter_query = _query_without(
-        data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken"
+        data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken", "sort"
     )
     if request.method == "POST":
         # Millions of turns may match: the worker flags them, this page shows its progress.

@@ -7,9 +7,10 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
-
 env = environ.Env()
+
+# Everything the demo writes (SQLite file, broker, media, secret key) lives here.
+VAR_DIR = Path(env.str("STUDIO_VAR_DIR", default=str(BASE_DIR / "var")))
 
 DEBUG = env.bool("DEBUG", default=False)
 
@@ -41,6 +42,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.forms",
     "django_htmx",
     "studio",
     "rollouts",
@@ -67,6 +69,9 @@ MIDDLEWARE = [
 ROOT_URLCONF = "studio.urls"
 WSGI_APPLICATION = "studio.wsgi.application"
 
+# Widgets may use the project's templates (the searchable checkbox list).
+FORM_RENDERER = "django.forms.renderers.TemplatesSetting"
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -90,6 +95,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # insert into the query text (a third of the recorder's database CPU).
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # The demo's web server and worker share the file: wait for locks instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
@@ -149,13 +155,17 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 _BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "queue"),
         "data_folder_out": str(_BROKER_DIR / "queue"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        # kombu's default is ./control, outside var/
+        "control_folder": str(_BROKER_DIR / "control"),
         "store_processed": False,
+        # Polled: a short interval picks tasks up and shuts the worker down without a lag.
+        "polling_interval": 0.1,
     }
 else:
     # A message unacknowledged this long is delivered again; episodes are idempotent.
@@ -204,8 +214,27 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "client_error_line": {"()": "studio.logging_filters.ClientErrorWithoutTraceback"},
+        "drop_client_errors": {"()": "studio.logging_filters.DropClientErrors"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "server": {"class": "logging.StreamHandler", "filters": ["drop_client_errors"]},
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
+    "loggers": {
+        # Django's default config gives "django" a console handler of its own in DEBUG, and
+        # the record then reached the root's as well: every warning printed twice.
+        "django": {
+            "handlers": ["console"],
+            "level": env.str("LOG_LEVEL", default="WARNING"),
+            "propagate": False,
+        },
+        # Each 403 / 404 once, as one line (django.request), without a traceback.
+        "django.request": {"filters": ["client_error_line"]},
+        "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
+    },
 }
 
 # --- openai policy ---

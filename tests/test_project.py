@@ -30,9 +30,14 @@ def test_it_sets_up_the_demo_once(monkeypatch, capsys):
     batch = RolloutBatch.objects.get()
     assert batch.seeds == [0, 1, 2, 3]
     assert set(batch.episodes.values_list("status", flat=True)) == {Episode.Status.FINISHED}
+    monkeypatch.delenv("DEMO_PASSWORD")
     call_command("demo_setup")
     assert RolloutBatch.objects.count() == 1
-    assert "exists already" in capsys.readouterr().out
+    assert "to set its password: DEMO_PASSWORD=... make demo" in capsys.readouterr().out
+    monkeypatch.setenv("DEMO_PASSWORD", "another-pass-456")
+    call_command("demo_setup")
+    assert "password is now DEMO_PASSWORD" in capsys.readouterr().out
+    assert authenticate(username="demo", password="another-pass-456") is not None
 
 
 def test_it_requires_login_everywhere_but_the_login_page(client, db):

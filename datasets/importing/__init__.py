@@ -25,8 +25,14 @@ from datasets.importing.writing import write_import
 __all__ = ["ImportFailed", "import_file"]
 
 
-def import_file(*, path: str | Path, name: str = "", created_by=None) -> dict[str, Any]:
-    """Check, then import all or nothing; returns the summary the command prints."""
+def import_file(
+    *, path: str | Path, name: str = "", source_name: str = "", created_by=None
+) -> dict[str, Any]:
+    """Check, then import all or nothing; returns the summary the command prints.
+
+    `source_name` is the file's name as the user knows it (an upload is read from a
+    temporary file): the dataset is named after it unless `name` is given."""
     path = Path(path)
     plan = check_file(path)
-    return write_import(path, plan, name=name or path.name, created_by=created_by)
+    source = source_name or path.name
+    return write_import(path, plan, name=name or source, source_name=source, created_by=created_by)

@@ -25,7 +25,9 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 WRITE_CHUNK = 500
 
 
-def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, Any]:
+def write_import(
+    path: Path, plan: Plan, *, name: str, source_name: str, created_by
+) -> dict[str, Any]:
     store = FrameStore()
     groups = list(plan.groups.items())
     # line -> (episode position, turn index)
@@ -35,7 +37,7 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
         distinct = all(t is not None for t in turns) and len(set(turns)) == len(turns)
         for order, (line, turn) in enumerate(members):
             placement[line] = (position, turn if distinct else order)
-    settings: dict[str, Any] = {"imported_from": path.name, "lines": plan.lines}
+    settings: dict[str, Any] = {"imported_from": source_name, "lines": plan.lines}
     if plan.tools is not None and plan.tools != DEFAULT_TOOLS:
         settings["tools"] = plan.tools
     model = next(iter(plan.models)) if len(plan.models) == 1 else ""
@@ -59,7 +61,9 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
             for position in range(len(groups))
         )
         frames: list[dict[str, Frame]] = [{} for _ in episodes]
-        totals = [{"steps": 0, "reward": 0.0, "achievements": {}} for _ in episodes]
+        totals = [
+            {"steps": 0, "reward": 0.0, "achievements": {}, "tool_calls": 0} for _ in episodes
+        ]
         pending_frames: list[Frame] = []
         pending_turns: list[Turn] = []
 
@@ -118,6 +122,7 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
             total = totals[position]
             total["steps"] += 1
             total["reward"] += row.reward
+            total["tool_calls"] += len(row.tool_calls)
             for achievement in row.unlocked:
                 total["achievements"].setdefault(achievement, index)
             turns_written += 1
@@ -129,15 +134,16 @@ def write_import(path: Path, plan: Plan, *, name: str, created_by) -> dict[str, 
             episode.total_reward = total["reward"]
             episode.achievements = total["achievements"]
             episode.achievement_count = len(total["achievements"])
+            episode.tool_calls = total["tool_calls"]
         Episode.objects.bulk_update(
-            episodes, ["steps", "total_reward", "achievements", "achievement_count"]
+            episodes, ["steps", "total_reward", "achievements", "achievement_count", "tool_calls"]
         )
         RolloutBatch.objects.filter(id=batch.id).update(
             step_limit=max([1, *(t["steps"] for t in totals)])
         )
         dataset = Dataset.objects.create(
             name=name[:200],
-            description=f"Imported from {path.name}",
+            description=f"Imported from {source_name}",
             filters=DatasetFilters(batches=(batch.id,)).to_json(),
             export_options=ExportOptions().to_json(),
             created_by=created_by,

@@ -236,7 +236,9 @@ def test_it_filters_by_episode_achievements_flags_and_reward(scripted_batch, tmp
     assert len(read_rows(out)) == 2
     run("export_jsonl", "--output", str(out), "--flagged", "exclude")
     assert len(read_rows(out)) == 88
-    assert run("export_jsonl", "--output", str(out), "--include-assistant").summary["rows"] == 0
+    assert run("export_jsonl", "--output", str(out), "--include-assistant").code == 1
+    args = ("export_jsonl", "--output", str(out), "--include-assistant", "--allow-empty")
+    assert run(*args).summary["rows"] == 0
 
 
 def test_it_exports_a_saved_dataset_with_its_filters(scripted_batch, tmp_path):

@@ -85,7 +85,12 @@ def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batc
     assert response.status_code == 302
     assert dataset.filters["batches"] == [scripted_batch.id]
     assert dataset.filters["flagged"] == "exclude"
-    assert dataset.export_options == {"history_frames": 0, "format": "studio", "val_fraction": 0.2}
+    assert dataset.export_options == {
+        "history_frames": 0,
+        "format": "studio",
+        "val_fraction": 0.2,
+        "allow_empty": False,
+    }
 
 
 def test_it_previews_rows_with_frame_images_and_escaped_model_text(
@@ -165,3 +170,31 @@ def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_ba
     assert b'data-count="turns" data-estimated="true">90<' in counts.content
     assert b'data-count="episodes">3<' in counts.content
     assert b'data-count="images">180<' in counts.content
+
+
+def test_it_names_an_import_after_the_uploaded_file_and_shows_its_tool_calls(editor_client):
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "interact_many", "arguments": '{"actions": ["do"]}'},
+    }
+    row = {
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+        ]
+    }
+    upload = SimpleUploadedFile("my-rows.jsonl", (json.dumps(row) + "\n").encode() * 2)
+    assert (
+        editor_client.post(reverse("datasets:dataset_import"), {"file": upload}).status_code == 302
+    )
+    dataset = Dataset.objects.get()
+    assert (dataset.name, dataset.description) == ("my-rows.jsonl", "Imported from my-rows.jsonl")
+    from rollouts.models import Episode, RolloutBatch
+
+    batch = RolloutBatch.objects.get()
+    assert batch.settings["imported_from"] == "my-rows.jsonl"
+    assert sum(Episode.objects.filter(batch=batch).values_list("tool_calls", flat=True)) == 2
+    page = editor_client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
+    assert "crafter ?" not in page and "Imported from" in page
+    assert 'data-action="resume"' not in page and 'data-action="run-again"' not in page

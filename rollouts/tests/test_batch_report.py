@@ -5,7 +5,7 @@ import pytest
 from django.core.management import call_command
 
 from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.scoring import crafter_score, success_rates
+from rollouts.scoring import crafter_score, score_percent, score_text, success_rates
 from rollouts.tests.helpers import manage, record_batch, subprocess_env
 
 # Hafner 2021 (arXiv 2109.06780), per-achievement success rates in percent averaged over the
@@ -78,6 +78,35 @@ def test_it_computes_the_crafter_score_of_the_paper():
     assert rates["place_table"] == pytest.approx(100 / 3)
 
 
+def test_it_states_the_score_in_percent_with_two_decimals():
+    # One achievement at 50%: exp(ln(51) / 22) - 1 = 0.19568... percent, worked out by hand.
+    score = crafter_score({"collect_wood": 50.0})
+    assert score_percent(score) == 0.2 and score_text(score) == "0.20%"
+    assert score_text(None) == "—"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_one_number_on_the_page_the_report_and_the_rollout_summary(client, admin_user):
+    from django.urls import reverse
+
+    from rollouts import selectors
+
+    batch = record_batch(policy="scripted", seeds=(0, 1, 2), steps=150)
+    summary = selectors.batch_summary(batch=batch)
+    result = manage("batch_report", str(batch.id), "--json", env=subprocess_env())
+    report = json.loads(result.stdout)
+    assert report["crafter_score"] == summary["crafter_score"]
+    assert round(report["crafter_score"], 2) == report["crafter_score"]
+    client.force_login(admin_user)
+    page = client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
+    assert f"{summary['crafter_score']:.2f}%" in page
+    table = manage("batch_report", str(batch.id), env=subprocess_env()).stdout
+    assert f"{summary['crafter_score']:.2f}%" in table
+    help_text = manage("batch_report", "--help", env=subprocess_env()).stdout
+    assert "percent" in help_text and "0.23%" in help_text
+    assert "percent" in manage("rollout", "--help", env=subprocess_env()).stdout
+
+
 @pytest.mark.django_db
 def test_it_reports_success_rates_as_json_and_as_a_table(capsys):
     batch = record_batch(policy="scripted", seeds=(0, 1), steps=120)
@@ -87,14 +116,15 @@ def test_it_reports_success_rates_as_json_and_as_a_table(capsys):
     for name in ACHIEVEMENTS:
         assert report["success_rates"][name] == 50.0 * sum(name in u for u in unlocked)
     # Seeds 0 and 1 of the scripted policy at 120 steps: worked out from the recorded episodes
-    # with the paper's formula, exp(mean over 22 of ln(1 + rate)) - 1, by hand.
+    # with the paper's formula, exp(mean over 22 of ln(1 + rate)) - 1, by hand (the report
+    # rounds to 2 decimals).
     expected = (
         math.exp(
             sum(math.log(1 + 50.0 * sum(name in u for u in unlocked)) for name in ACHIEVEMENTS) / 22
         )
         - 1
     )
-    assert report["crafter_score"] == pytest.approx(expected, abs=0.0005)
+    assert report["crafter_score"] == pytest.approx(expected, abs=0.005)
     call_command("batch_report", str(batch.id))
     table = capsys.readouterr().out
     assert "Crafter score" in table and "collect_wood" in table

@@ -8,13 +8,14 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from datasets.exporting import ExportRefused, export_count, export_files
+from datasets.exporting import ExportEmpty, ExportRefused, export_count, export_files
 from datasets.filters import (
     FLAGGED_CHOICES,
     FORMATS,
     DatasetFilters,
     ExportOptions,
     FilterError,
+    check_combination,
     check_references,
 )
 from datasets.models import Dataset
@@ -30,13 +31,15 @@ _FILTER_FLAGS = (
     "user_image",
     "include_assistant",
     "flagged",
+    "include_text_fallback",
 )
 
 
 class Command(StudioCommand):
     help = (
         "Export turns as JSONL rows (messages, tools, metadata); the last line is a JSON "
-        "summary. Exit 2 on bad input, 1 when --format openai refuses the data."
+        "summary. Exit 2 on bad input, 1 when --format openai refuses the data or when "
+        "nothing matches (unless --allow-empty)."
     )
 
     def add_arguments(self, parser) -> None:
@@ -58,6 +61,18 @@ class Command(StudioCommand):
             help="rows whose assistant messages hold an image as well (synth-ai's flag)",
         )
         parser.add_argument("--flagged", choices=FLAGGED_CHOICES)
+        parser.add_argument(
+            "--include-text-fallback",
+            action="store_true",
+            default=None,
+            help="also turns whose actions were read from the model's prose (left out by "
+            "default: the model made no tool call); marked metadata.text_fallback",
+        )
+        parser.add_argument(
+            "--allow-empty",
+            action="store_true",
+            help="write the file even when no row matches (otherwise exit 1, nothing written)",
+        )
         parser.add_argument("--val-fraction", type=float, metavar="F")
         parser.add_argument(
             "--val-output", metavar="PATH", help="default: OUTPUT with .val.jsonl as suffix"
@@ -96,6 +111,10 @@ class Command(StudioCommand):
             for line in exc.lines():
                 self.stderr.write(line)
             raise CommandError(f"{exc}; nothing written", returncode=1) from exc
+        except ExportEmpty as exc:
+            raise CommandError(f"{exc}; nothing written", returncode=1) from exc
+        for warning in result.warnings():
+            self.stderr.write(warning)
         summary = result.summary()
         if export_options.format == "openai":
             summary["validation"] = [r.summary() for r in result.reports]
@@ -127,6 +146,7 @@ class Command(StudioCommand):
                     user_image=bool(options["user_image"]),
                     include_assistant=bool(options["include_assistant"]),
                     flagged=options["flagged"] or "any",
+                    include_text_fallback=bool(options["include_text_fallback"]),
                 )
                 saved = ExportOptions()
             # Flags given on the command line override the dataset's saved export options.
@@ -134,8 +154,10 @@ class Command(StudioCommand):
                 history_frames=_given(options["history_frames"], saved.history_frames),
                 format=_given(options["format"], saved.format),
                 val_fraction=_given(options["val_fraction"], saved.val_fraction),
+                allow_empty=options["allow_empty"] or saved.allow_empty,
             )
             check_references(filters)
+            check_combination(filters, export_options)
         except FilterError as exc:
             raise usage_error(str(exc)) from exc
         return filters, export_options

@@ -7,12 +7,15 @@ from typing import Any
 
 from rollouts import selectors
 from rollouts.models import RolloutBatch
-from rollouts.scoring import crafter_score
+from rollouts.scoring import SCORE_UNIT, crafter_score, score_percent, score_text
 from studio.commands import StudioCommand, usage_error
 
 
 class Command(StudioCommand):
-    help = "Per-achievement success rates and the Crafter score of a batch."
+    help = (
+        "Per-achievement success rates (percent of finished episodes) and the Crafter score "
+        f"of a batch. The score is in {SCORE_UNIT}; --json gives the same number."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("batch_id", type=int)
@@ -32,7 +35,7 @@ class Command(StudioCommand):
             "finished": summary["finished"],
             "failed": summary["failed"],
             "success_rates": {k: round(v, 2) for k, v in rates.items()},
-            "crafter_score": round(crafter_score(rates), 3),
+            "crafter_score": score_percent(crafter_score(rates)),
         }
         if options["json"]:
             self.stdout.write(json.dumps(report))
@@ -45,4 +48,5 @@ class Command(StudioCommand):
         self.stdout.write(f"{'achievement'.ljust(width)}  success %")
         for name, rate in rates.items():
             self.stdout.write(f"{name.ljust(width)}  {rate:9.1f}")
-        self.stdout.write(f"{'Crafter score'.ljust(width)}  {report['crafter_score']:9.3f}")
+        score = score_text(report["crafter_score"] if summary["finished"] else None)
+        self.stdout.write(f"{'Crafter score'.ljust(width)}  {score:>9}")

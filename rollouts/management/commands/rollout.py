@@ -22,11 +22,15 @@ from rollouts.rollout_settings import (
     SettingsError,
     parse_seeds,
 )
+from rollouts.scoring import SCORE_UNIT
 from studio.commands import StudioCommand, progress_bar, usage_error
 
 
 class Command(StudioCommand):
-    help = "Record seeded Crafter episodes with a policy; the last line is a JSON summary."
+    help = (
+        "Record seeded Crafter episodes with a policy; the last line is a JSON summary. Its "
+        f"crafter_score is in {SCORE_UNIT}."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--policy", choices=POLICIES)
@@ -72,7 +76,7 @@ class Command(StudioCommand):
             "--resume",
             type=int,
             metavar="BATCH_ID",
-            help="re-run the unfinished episodes of an existing batch",
+            help="re-run the unfinished (failed, canceled, pending or dead) episodes of a batch",
         )
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--wait", action="store_true", help="follow the batch to its end")
@@ -83,9 +87,8 @@ class Command(StudioCommand):
             batch = RolloutBatch.objects.filter(id=options["resume"]).first()
             if batch is None:
                 raise usage_error(f"resume: there is no batch {options['resume']}")
-            if not options["inline"]:
-                # Pending episodes, and running ones whose worker died (stale heartbeat).
-                services.batch_enqueue(batch=batch)
+            # Failed episodes afresh, pending ones, and running ones whose worker died.
+            services.batch_resume(batch=batch, enqueue=not options["inline"])
         else:
             if not options["policy"]:
                 raise usage_error("--policy is required (scripted, random or openai)")

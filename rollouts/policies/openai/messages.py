@@ -42,7 +42,10 @@ def build_messages(
         parts.append({"type": "text", "text": "The current frame:"})
     if with_image:
         parts.append(image(observation.frame_step))
-    prompt = system_prompt(observation_mode=settings.observation_mode, history_frames=len(history))
+    # One prompt for the whole batch (RolloutBatch.system_prompt is exactly what was sent).
+    prompt = system_prompt(
+        observation_mode=settings.observation_mode, history_frames=settings.history_frames
+    )
     stored = [
         {"role": "system", "content": prompt},
         {"role": "user", "content": parts},

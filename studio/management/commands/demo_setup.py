@@ -20,19 +20,25 @@ class Command(StudioCommand):
     help = "Create the demo superuser and record four seeded scripted episodes."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not User.objects.filter(username="demo").exists():
-            password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(12)
-            User.objects.create_superuser("demo", password=password)
-            shown = "(from DEMO_PASSWORD)" if os.environ.get("DEMO_PASSWORD") else password
-            self.stdout.write(f"Created superuser demo, password: {shown}  (shown once)")
+        given = os.environ.get("DEMO_PASSWORD", "")
+        user = User.objects.filter(username="demo").first()
+        if user is None:
+            password = given or secrets.token_urlsafe(12)
+            user = User.objects.create_superuser("demo", password=password)
+            shown = "(from DEMO_PASSWORD)" if given else f"{password}  (shown once)"
+            self.stdout.write(f"Created superuser demo, password: {shown}")
+        elif given:
+            user.set_password(given)
+            user.save(update_fields=["password"])
+            self.stdout.write("Superuser demo exists; its password is now DEMO_PASSWORD.")
         else:
-            self.stdout.write("Superuser demo exists already.")
+            self.stdout.write(
+                "Superuser demo exists; to set its password: DEMO_PASSWORD=... make demo"
+            )
         if RolloutBatch.objects.filter(name=DEMO_BATCH_NAME).exists():
             return
         settings = RolloutSettings(policy="scripted", seeds=(0, 1, 2, 3), name=DEMO_BATCH_NAME)
-        batch = services.batch_create(
-            settings=settings, created_by=User.objects.get(username="demo"), enqueue=False
-        )
+        batch = services.batch_create(settings=settings, created_by=user, enqueue=False)
         for episode in Episode.objects.filter(batch=batch).order_by("seed"):
             services.episode_run(episode_id=episode.id)
-            self.stdout.write(f"Recorded seed {episode.seed}")
+        self.stdout.write(f"Recorded {len(settings.seeds)} demo episodes (seeds 0-3).")

@@ -1,0 +1,150 @@
+"""`make demo`'s last step: the studio, a worker and the scheduler, stopped together by Ctrl-C.
+
+Each child runs in a session of its own, so the terminal's Ctrl-C reaches only this process,
+which stops them in order: TERM to each child's whole process group (a worker's pool
+processes included), then KILL to whatever is still there after STOP_SECONDS. Their output
+is forwarded until then and dropped after: a shutdown says one line, not one per process.
+A shell `trap 'kill 0'` did this before and signalled itself in a loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# Celery's warm shutdown takes 4-7 s here (its timer thread sleeps out its current delay);
+# past this the groups are killed. Safe: an episode cut short is replayed from the start by
+# the next worker (stale heartbeat), never half-kept.
+STOP_SECONDS = 3.0
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: should this process be killed, its children follow."""
+    # Not Linux (no libc.so.6): the stop sequence still ends every group.
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _commands(port: str, var_dir: Path) -> dict[str, list[str]]:
+    python = sys.executable
+    # --quiet: no banners; errors still show.
+    celery = [python, "-m", "celery", "-A", "studio", "--quiet"]
+    return {
+        "worker": [*celery, "worker", "--loglevel=ERROR", "--concurrency=2"],
+        "scheduler": [
+            *celery,
+            "beat",
+            "--loglevel=ERROR",
+            "--schedule",
+            str(var_dir / "celerybeat-schedule"),
+            "--pidfile=",
+        ],
+        "server": [
+            python,
+            "manage.py",
+            "runserver",
+            f"127.0.0.1:{port}",
+            "--noreload",
+            "--skip-checks",
+        ],
+    }
+
+
+class Demo:
+    def __init__(self, *, port: str, var_dir: Path) -> None:
+        self.port = port
+        self.var_dir = var_dir
+        self.stopping = threading.Event()
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_RUNSERVER_HIDE_WARNING": "true",
+            # The demo runs as whoever starts it, root in a container included: no lecture.
+            "PYTHONWARNINGS": "ignore:You're running the worker with superuser privileges",
+        }
+        for name, command in _commands(self.port, self.var_dir).items():
+            self.children[name] = subprocess.Popen(
+                command,
+                cwd=BASE_DIR,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        for child in self.children.values():
+            threading.Thread(target=self._forward, args=(child,), daemon=True).start()
+
+    def _forward(self, child: subprocess.Popen[bytes]) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if not self.stopping.is_set():
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+
+    def wait(self) -> str | None:
+        """Until a signal asks to stop (None) or a child ends by itself (its name)."""
+        while not self.stopping.wait(0.2):
+            for name, child in self.children.items():
+                if child.poll() is not None:
+                    return name
+        return None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for child in self.children.values():
+            _signal_group(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_SECONDS
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # A worker that ignored TERM, and pool processes whose parent has gone.
+        for child in self.children.values():
+            _signal_group(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def main() -> int:
+    port = os.environ.get("DEMO_PORT", "8000")
+    var_dir = Path(os.environ.get("STUDIO_VAR_DIR", BASE_DIR / "var"))
+    demo = Demo(port=port, var_dir=var_dir)
+
+    def on_signal(signum: int, frame: object) -> None:
+        demo.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    print(
+        f"The studio is on http://127.0.0.1:{port} with a worker and a scheduler; "
+        "Ctrl-C stops all three.",
+        flush=True,
+    )
+    demo.start()
+    ended = demo.wait()
+    demo.stop()
+    if ended is not None:
+        print(f"The {ended} stopped unexpectedly (see above); stopped the others.", flush=True)
+        return 1
+    print("Stopped the studio, the worker and the scheduler.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
