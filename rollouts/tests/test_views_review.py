@@ -479,6 +479,28 @@ def test_it_filters_the_turn_list(viewer_client, db):
     assert [(t.episode_id, t.index) for t in forged.context["page"]] == shown
 
 
+def test_it_pages_a_sorted_turn_list_by_cursor_through_ties(viewer_client, db):
+    _played(30, seeds=(1, 2))
+    for turn in Turn.objects.all():
+        Turn.objects.filter(id=turn.id).update(reward=float(turn.index % 3))
+    # Sorted here, not by the code under test: reward descending, then episode, then turn.
+    expected = sorted(
+        Turn.objects.values_list("reward", "episode_id", "index"),
+        key=lambda t: (-t[0], t[1], t[2]),
+    )
+    url = reverse("rollouts:turn_list")
+    seen, query = [], {"sort": "-reward"}
+    while True:
+        response = viewer_client.get(url, query)
+        seen += [(t.reward, t.episode_id, t.index) for t in response.context["page"]]
+        link = re.search(r'href="\?([^"]*)" rel="next"', response.content.decode())
+        if link is None:
+            break
+        query = dict(part.split("=", 1) for part in link.group(1).split("&amp;"))
+        assert query["sort"] == "-reward"  # the cursor keeps its order
+    assert seen == expected and len(seen) == 60
+
+
 def test_it_says_about_when_the_count_is_an_estimate(editor_client, settings, db):
     _played(30, seeds=(1, 2))
     with connection.cursor() as cursor:
