@@ -67,6 +67,20 @@ def chat_server(settings) -> Iterator[ChatServer]:
     server.stop()
 
 
+CHAT_KEY_VARIABLE = "STUDIO_TEST_CHAT_KEY"
+
+
+@pytest.fixture
+def chat_endpoint(db, chat_server, monkeypatch):
+    """An admin-named endpoint for the local chat server, its key in `STUDIO_TEST_CHAT_KEY`."""
+    from studio.models import Endpoint
+
+    monkeypatch.setenv(CHAT_KEY_VARIABLE, "sk-test-endpoint-key-0123456789")
+    return Endpoint.objects.create(
+        name="local-test", base_url=chat_server.url, api_key_env=CHAT_KEY_VARIABLE
+    )
+
+
 @pytest.fixture
 def celery_worker(transactional_db, settings) -> Iterator[object]:
     """A real Celery worker, in a thread of this process, consuming from the real broker.
@@ -93,3 +107,60 @@ def celery_worker(transactional_db, settings) -> Iterator[object]:
 def _purge(app) -> None:
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge("celery")
+
+
+class BrokerSwitch:
+    """Points this process's senders at a closed port (`down`) and back (`up`).
+
+    The worker of `celery_worker` keeps its own connection: what is tested is the sending
+    side, the web request, the command or the requeue, finding the broker gone.
+    """
+
+    def __init__(self, app, url: str) -> None:
+        self.app, self.url = app, url
+
+    def _point(self, url: str) -> None:
+        app = self.app
+        app.conf.broker_url = app.conf.broker_write_url = url
+        from kombu import pools
+
+        pools.reset()  # kombu keeps pools per URL, process-wide
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    def down(self) -> None:
+        import socket
+
+        with socket.socket() as sock:  # a port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self._point(f"redis://127.0.0.1:{port}/0")
+
+    def up(self) -> None:
+        self._point(self.url)
+
+
+@pytest.fixture
+def broker_switch(celery_worker) -> Iterator[BrokerSwitch]:
+    from studio.celery import app
+
+    switch = BrokerSwitch(app, os.environ["CELERY_BROKER_URL"])
+    yield switch
+    switch.up()
+
+
+def queue_drained(timeout: float = 30) -> None:
+    """Wait until the broker holds no message and the worker has had time to finish one."""
+    import time
+
+    from studio.celery import app
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with app.connection_for_write() as conn:
+            waiting = conn.default_channel.queue_declare("celery").message_count
+        if not waiting:
+            time.sleep(1.0)
+            return
+        time.sleep(0.1)
+    raise AssertionError("messages still queued")

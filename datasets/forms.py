@@ -203,3 +203,8 @@ class DatasetForm(forms.Form):
 class ImportForm(forms.Form):
     file = forms.FileField(help_text="JSONL: this studio's rows, synth-ai SFT rows or OpenAI chat")
     name = forms.CharField(max_length=200, required=False)
+    skip_existing = forms.BooleanField(
+        required=False,
+        label="Skip turns already here",
+        help_text="Leave out rows whose turns are in the studio already (else: refuse the file).",
+    )

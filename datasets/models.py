@@ -70,6 +70,8 @@ class DatasetVersion(models.Model):
     error = models.TextField(blank=True)
     claim_token = models.CharField(max_length=64, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When a message was last handed to the broker; null: never (the broker was down).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL,
         null=True,
@@ -113,3 +115,67 @@ class DatasetVersion(models.Model):
     @property
     def val(self) -> dict:
         return (self.split or {}).get("val") or {}
+
+
+class DatasetImport(models.Model):
+    """An uploaded JSONL file being checked and imported by a worker: the row is the truth."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    class Phase(models.TextChoices):
+        WAITING = "waiting"
+        CHECKING = "checking"
+        WRITING = "writing"
+        ENDED = "ended"
+
+    name = models.CharField(max_length=200, blank=True)
+    original_name = models.CharField(max_length=200, blank=True)
+    upload = models.CharField(max_length=300, help_text="Storage name of the uploaded file.")
+    skip_existing = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    phase = models.CharField(max_length=20, choices=Phase.choices, default=Phase.WAITING)
+    total_bytes = models.PositiveBigIntegerField(default=0)
+    checked_bytes = models.PositiveBigIntegerField(default=0)
+    total_lines = models.PositiveIntegerField(default=0)
+    written_lines = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    errors = models.JSONField(default=list, blank=True)  # "line N: ..." strings
+    summary = models.JSONField(default=dict, blank=True)
+    dataset = models.ForeignKey(
+        Dataset, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claim_token = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When a message was last handed to the broker; null: never (the broker was down).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"import {self.id} ({self.original_name})"
+
+    @property
+    def progress_percent(self) -> int:
+        """Checking is the first half of the work, writing the second."""
+        if self.status == self.Status.DONE:
+            return 100
+        checked = self.checked_bytes / self.total_bytes if self.total_bytes else 0
+        written = self.written_lines / self.total_lines if self.total_lines else 0
+        if self.phase == self.Phase.WRITING:
+            return int(50 + 50 * min(written, 1))
+        return int(50 * min(checked, 1))

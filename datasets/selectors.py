@@ -12,7 +12,7 @@ from django.db.models.functions import Coalesce, Length
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.jsonl import episode_split
-from datasets.models import Dataset, DatasetVersion
+from datasets.models import Dataset, DatasetImport, DatasetVersion
 from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tools import SYSTEM_PROMPT
@@ -153,3 +153,7 @@ def filter_choices() -> dict[str, list]:
             set(RolloutBatch.objects.exclude(model="").values_list("model", flat=True))
         ),
     }
+
+
+def imports_recent(*, limit: int = 10) -> QuerySet[DatasetImport]:
+    return DatasetImport.objects.select_related("created_by", "dataset").order_by("-id")[:limit]

@@ -19,6 +19,8 @@ from django.utils import timezone
 from datasets.exporting import ExportEmpty, ExportRefused, export_count, export_files
 from datasets.filters import DatasetFilters, ExportOptions
 from datasets.models import Dataset, DatasetVersion
+from studio import queue
+from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
 
@@ -76,16 +78,35 @@ def dataset_version_create(
             filters=DatasetFilters.from_json(locked.filters).to_json(),
             export_options=ExportOptions.from_json(locked.export_options).to_json(),
             created_by=created_by,
+            # Without enqueue the caller exports it; the periodic requeue leaves it alone.
+            enqueued_at=None if enqueue else timezone.now(),
         )
         if enqueue:
             transaction.on_commit(lambda: dataset_version_enqueue(version=version))
     return version
 
 
-def dataset_version_enqueue(*, version: DatasetVersion) -> None:
+def dataset_version_enqueue(*, version: DatasetVersion) -> bool:
+    """Send the export; False when the broker is down (the periodic requeue sends it later)."""
     from datasets.tasks import dataset_version_export as task
 
-    task.delay(version.id)
+    if not queue.send(task, version.id):
+        return False
+    DatasetVersion.objects.filter(id=version.id).update(enqueued_at=timezone.now())
+    return True
+
+
+def dataset_versions_requeue() -> int:
+    """Send again versions never sent, long unstarted, or whose worker died mid-export."""
+    from datasets.tasks import dataset_version_export as task
+
+    ids = queue.waiting_ids(DatasetVersion.objects.all(), created_field="created_at")
+    ids += list(
+        DatasetVersion.objects.filter(
+            status=DatasetVersion.Status.RUNNING, heartbeat_at__lt=timezone.now() - STALE_AFTER
+        ).values_list("id", flat=True)
+    )
+    return queue.resend(DatasetVersion, task, ids)
 
 
 def _version_claim(*, version_id: int) -> str | None:
@@ -156,7 +177,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         return "failed"
     except Exception as exc:  # a poison version is set aside with its error, never retried
         logger.exception("dataset version %s export failed", version_id)
-        _version_fail(mine, f"{type(exc).__name__}: {exc}")
+        _version_fail(mine, plain_error(exc))
         return "failed"
     split: dict = {"val_fraction": options.val_fraction, "warnings": result.warnings()}
     if result.val is not None:

@@ -20,6 +20,8 @@ from typing import Any
 
 from PIL import Image
 
+from studio.errors import plain_error
+
 MAX_IMAGES_PER_ROW = 10
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
@@ -99,7 +101,7 @@ def probe_image(data: bytes, *, full_decode: bool = False) -> ImageInfo:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageError(f"image refused as a decompression bomb ({exc})") from exc
     except Exception as exc:  # Pillow raises many kinds on broken data
-        raise ImageError(f"image cannot be decoded ({type(exc).__name__}: {exc})") from exc
+        raise ImageError(f"image cannot be decoded ({plain_error(exc)})") from exc
 
 
 def image_tokens(info: ImageInfo, detail: str = "auto") -> int:

@@ -3,10 +3,6 @@ exporting and importing need `rollouts.review_turn`; viewers can look and downlo
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 from django.conf import settings as django_settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
@@ -14,21 +10,22 @@ from django.core.exceptions import PermissionDenied
 from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.utils.text import slugify
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from datasets import selectors, services
+from datasets import selectors, services, services_import
 from datasets.filters import DatasetFilters, ExportOptions, FilterError
 from datasets.forms import DatasetForm, ImportForm
-from datasets.importing import ImportFailed, import_file
 from datasets.jsonl import RowError
-from datasets.models import Dataset, DatasetVersion
+from datasets.models import Dataset, DatasetImport, DatasetVersion
+from datasets.uploads import SizeLimitedUpload
+from studio.queue import QUEUE_UNREACHABLE
 
 EDIT_PERMISSION = "rollouts.review_turn"
 POLL_SECONDS = 1
 PREVIEW_ROWS = 5
-# Uploads past this are refused before any parsing (STUDIO_IMPORT_MAX_BYTES to change it).
-IMPORT_MAX_BYTES = getattr(django_settings, "STUDIO_IMPORT_MAX_BYTES", 512 * 1024 * 1024)
 
 
 def _can_edit(request: HttpRequest) -> bool:
@@ -144,11 +141,18 @@ def dataset_versions(request: HttpRequest, dataset_id: int) -> HttpResponse:
 def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
     dataset = get_object_or_404(Dataset, id=dataset_id)
     try:
-        services.dataset_version_create(dataset=dataset, created_by=request.user)
+        version = services.dataset_version_create(dataset=dataset, created_by=request.user)
     except FilterError as exc:
         messages.error(request, f"Cannot export: {exc}")
         return redirect("datasets:dataset_detail", dataset_id=dataset.id)
-    # No flash message: the versions table says "exporting" while it is, and stops saying it.
+    version.refresh_from_db()
+    if version.enqueued_at is None:
+        messages.warning(
+            request,
+            f"Version {version.number} saved, but {QUEUE_UNREACHABLE}; "
+            "the export will start when it is back.",
+        )
+    # Else no flash message: the versions table says "exporting" while it is, and stops.
     return redirect("datasets:dataset_detail", dataset_id=dataset.id)
 
 
@@ -179,45 +183,80 @@ def version_download(request: HttpRequest, version_id: int) -> FileResponse:
 
 @require_http_methods(["GET", "POST"])
 @permission_required(EDIT_PERMISSION, raise_exception=True)
+@csrf_exempt  # checked in _dataset_import, once the size limit is in place
 def dataset_import(request: HttpRequest) -> HttpResponse:
+    """Save the upload and hand it to a worker; the import's own page shows how it goes.
+
+    The size limit holds while the file streams in: a declared length over it is refused
+    before the body is read, and an upload that grows past it is cut off mid-stream.
+    """
+    limit = django_settings.STUDIO_IMPORT_MAX_BYTES
+    if request.method == "POST":
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        # The multipart envelope around the file is small; allow for it.
+        if declared > limit + 64 * 1024:
+            return _import_page(request, _too_large(limit), status=400)
+        request.upload_handlers.insert(0, SizeLimitedUpload(request, limit=limit))
+    return _dataset_import(request)
+
+
+@csrf_protect
+def _dataset_import(request: HttpRequest) -> HttpResponse:
     form = ImportForm(request.POST or None, request.FILES or None)
-    errors: list[str] = []
-    summary_error = ""
-    if request.method == "POST" and form.is_valid():
-        upload = form.cleaned_data["file"]
-        if upload.size > IMPORT_MAX_BYTES:
-            form.add_error("file", f"The file is larger than {IMPORT_MAX_BYTES} bytes.")
-        else:
-            fd, tmp = tempfile.mkstemp(prefix="studio-import-", suffix=".jsonl")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    for chunk in upload.chunks():
-                        fh.write(chunk)
-                summary = import_file(
-                    path=tmp,
-                    name=form.cleaned_data["name"],
-                    source_name=Path(upload.name).name,
-                    created_by=request.user,
-                )
-            except ImportFailed as exc:
-                errors, summary_error = exc.errors, str(exc)
-            else:
-                messages.success(
-                    request,
-                    f"Imported {summary['turns']} turns in {summary['episodes']} episodes "
-                    f"({summary['frames']} frames).",
-                )
-                return redirect("datasets:dataset_detail", dataset_id=summary["dataset_id"])
-            finally:
-                Path(tmp).unlink(missing_ok=True)
+    if request.method != "POST":
+        return _import_page(request, form)
+    if getattr(request, "upload_too_large", False):
+        limit = django_settings.STUDIO_IMPORT_MAX_BYTES
+        return _import_page(request, _too_large(limit), status=400)
+    if not form.is_valid():
+        return _import_page(request, form, status=400)
+    job = services_import.dataset_import_create(
+        upload=form.cleaned_data["file"],
+        name=form.cleaned_data["name"],
+        skip_existing=form.cleaned_data["skip_existing"],
+        created_by=request.user,
+    )
+    job.refresh_from_db()
+    if job.enqueued_at is None:
+        messages.warning(request, f"{QUEUE_UNREACHABLE}; the import will start when it is back.")
+    else:
+        messages.success(request, f"{job.original_name} is being checked and imported.")
+    return redirect("datasets:import_detail", import_id=job.id)
+
+
+def _too_large(limit: int) -> ImportForm:
+    """The form as a refused upload leaves it: one error on the file, the size limit."""
+    form = ImportForm(data={})
+    form.is_valid()
+    form.errors.pop("file", None)
+    form.add_error("file", f"The file is larger than {filesizeformat(limit)} ({limit} bytes).")
+    return form
+
+
+def _import_page(request: HttpRequest, form: ImportForm, *, status: int = 200) -> HttpResponse:
     return render(
         request,
         "datasets/dataset_import.html",
         {
             "form": form,
-            "errors": errors,
-            "summary_error": summary_error,
-            "max_bytes": IMPORT_MAX_BYTES,
+            "max_bytes": django_settings.STUDIO_IMPORT_MAX_BYTES,
+            "imports": selectors.imports_recent(),
         },
-        status=400 if errors else 200,
+        status=status,
     )
+
+
+@require_GET
+def import_detail(request: HttpRequest, import_id: int) -> HttpResponse:
+    job = get_object_or_404(DatasetImport, id=import_id)
+    context = {
+        "job": job,
+        "active": job.status in (DatasetImport.Status.PENDING, DatasetImport.Status.RUNNING),
+        "poll_seconds": POLL_SECONDS,
+    }
+    if request.htmx:
+        return render(request, "datasets/partials/import_status.html", context)
+    return render(request, "datasets/import_detail.html", context)

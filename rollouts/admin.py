@@ -18,7 +18,7 @@ class RolloutBatchAdmin(admin.ModelAdmin):
         "created_at",
     ]
     list_filter = ["status", "policy", "model"]
-    search_fields = ["name", "model", "endpoint"]
+    search_fields = ["name", "model", "endpoint", "endpoint_name"]
     readonly_fields = ["created_at", "started_at", "finished_at"]
 
 

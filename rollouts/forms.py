@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.conf import settings as django_settings
 
 from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.model_endpoints import endpoint_settings
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     IMAGE_DETAILS,
@@ -19,6 +19,8 @@ from rollouts.rollout_settings import (
 )
 from rollouts.selectors_review import TurnFilters
 from rollouts.services_review import NOTE_MAX_LENGTH
+from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
+from studio.models import Endpoint
 
 _DEFAULTS = RolloutSettings.unchecked(policy="scripted")
 OPENAI_ONLY = "openai"
@@ -51,13 +53,14 @@ class BatchCreateForm(forms.Form):
         forms.CharField(max_length=200, required=False, help_text="Model name, e.g. gpt-4o-mini."),
         OPENAI_ONLY,
     )
-    base_url = _only_for(
-        forms.URLField(
-            max_length=500,
-            required=False,
-            label="Endpoint",
-            assume_scheme="https",
-            help_text="OpenAI-compatible base URL; empty uses OPENAI_BASE_URL. Keys never go here.",
+    # A choice among the endpoints an admin named, never a URL: the server's keys go only to
+    # their own endpoint's URL, so no user can point them at a listener of their own.
+    endpoint = _only_for(
+        forms.ModelChoiceField(
+            queryset=Endpoint.objects.none(),
+            to_field_name="name",
+            empty_label="(choose)",
+            help_text="Model servers an admin named (under /admin/); no URL is typed here.",
         ),
         OPENAI_ONLY,
     )
@@ -135,18 +138,18 @@ class BatchCreateForm(forms.Form):
         ),
         OPENAI_ONLY,
     )
+    # Empty: the endpoint's own defaults, set by its admin.
     concurrency = _only_for(
         forms.IntegerField(
-            initial=_DEFAULTS.concurrency,
-            help_text="Most requests in flight to the endpoint, across all workers.",
+            help_text="Most requests in flight to the endpoint, across all workers; "
+            "empty: the endpoint's default.",
         ),
         OPENAI_ONLY,
     )
     requests_per_minute = _only_for(
         forms.IntegerField(
-            initial=_DEFAULTS.requests_per_minute,
             label="Requests per minute",
-            help_text="Per endpoint, across all workers; 0 = no limit.",
+            help_text="Per endpoint, across all workers; 0 = no limit; empty: the endpoint's.",
         ),
         OPENAI_ONLY,
     )
@@ -174,15 +177,35 @@ class BatchCreateForm(forms.Form):
         initial.update(
             name=settings.name,
             policy=settings.policy,
-            base_url=settings.base_url,
+            endpoint=settings.endpoint,
             seeds=seeds_spec(settings.seeds),
             actions=" ".join(settings.actions),
         )
         return initial
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["endpoint"]
+        field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
+        if not self.initial.get("endpoint"):
+            default = field.queryset.filter(name="default").first()
+            field.initial = default.name if default is not None else None
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         values: dict[str, Any] = {"policy": data.get("policy") or "scripted"}
+        if values["policy"] == OPENAI_ONLY:
+            # The endpoint fixes the URL (and so the key) and gives the limits' defaults.
+            endpoint: Endpoint | None = data.get("endpoint")
+            if endpoint is None:
+                if "endpoint" not in self.errors:
+                    self.add_error("endpoint", "Choose one of the endpoints an admin named.")
+            else:
+                try:
+                    endpoint_check_model(endpoint=endpoint, model=(data.get("model") or "").strip())
+                except EndpointError as exc:
+                    self.add_error("model", _page_message(str(exc).split(": ", 1)[-1]))
+                values.update(endpoint_settings(endpoint))
         try:
             values["seeds"] = tuple(parse_seeds(data.get("seeds") or ""))
         except SettingsError as exc:
@@ -195,9 +218,6 @@ class BatchCreateForm(forms.Form):
         values["model"] = (data.get("model") or "").strip()
         values["name"] = data.get("name", "")
         values["actions"] = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
-        values["base_url"] = (data.get("base_url") or "").strip() or (
-            django_settings.OPENAI_BASE_URL if values["policy"] == "openai" else ""
-        )
         # Every problem at once, each on its field.
         for field_name, message in RolloutSettings.unchecked(**values).problems():
             if field_name in self.fields and field_name not in self.errors:

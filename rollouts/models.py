@@ -25,6 +25,9 @@ class RolloutBatch(models.Model):
     policy = models.CharField(max_length=20, choices=Policy.choices)
     model = models.CharField(max_length=200, blank=True)
     endpoint = models.CharField(max_length=500, blank=True, help_text="Base URL; never a key.")
+    endpoint_name = models.CharField(
+        max_length=60, blank=True, help_text="The admin-named endpoint; empty for a CLI URL."
+    )
     seeds = models.JSONField(default=list)
     step_limit = models.PositiveIntegerField(default=256)
     image_size = models.PositiveIntegerField(default=64)
@@ -123,6 +126,8 @@ class Episode(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     claim_token = models.CharField(max_length=64, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When a message was last handed to the broker; null: never (the broker was down).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -186,6 +191,8 @@ class Turn(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(default=0)
     retries = models.PositiveSmallIntegerField(default=0)
+    # Answer fields cut to fit when stored: {"model_text": size in bytes before the cut, ...}.
+    truncated = models.JSONField(default=dict, blank=True)
     flagged = models.BooleanField(default=False)  # indexed by turn_list_flagged_idx
     note = models.TextField(blank=True)
     reviewed_by = models.ForeignKey(
@@ -200,7 +207,7 @@ class Turn(models.Model):
         ]
         # The turn list's order (newest episode first, turns in play order) and its filters
         # that keep few rows: a page of 50 is read straight off the index at any table size.
-        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0004).
+        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0006).
         indexes = [
             models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
             models.Index(

@@ -173,6 +173,7 @@ class EpisodeRecorder:
                     completion_tokens=decision.completion_tokens,
                     latency_ms=decision.latency_ms,
                     retries=decision.retries,
+                    truncated=decision.truncated,
                 )
             )
             history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))

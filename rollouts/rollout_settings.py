@@ -15,6 +15,10 @@ OBSERVATION_MODES = ("image_text", "image", "text")
 IMAGE_DETAILS = ("auto", "low", "high")
 ON_BAD_OUTPUT = ("noop", "end")
 MAX_SEEDS = 10_000
+# Tried with crafter 1.8.3: at 17 px and less every reset() raises "height and width must be
+# > 0" (a cell of the 9x9 grid is then too small for its item textures); 18 to 1024 render.
+MIN_IMAGE_SIZE = 18
+MAX_IMAGE_SIZE = 1024
 _SEED_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -66,6 +70,9 @@ class RolloutSettings:
     name: str = ""
     # openai policy
     model: str = ""
+    # An admin-named endpoint (`studio.models.Endpoint`) and its base URL when the batch was
+    # created; without a name, a URL given on the command line.
+    endpoint: str = ""
     base_url: str = ""
     history_frames: int = 0
     concurrency: int = 4
@@ -123,9 +130,10 @@ class RolloutSettings:
         )
         check(1 <= self.steps <= 10_000, "steps", f"{self.steps} is not between 1 and 10000")
         check(
-            9 <= self.image_size <= 1024,
+            MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE,
             "image_size",
-            f"{self.image_size} is not between 9 and 1024",
+            f"{self.image_size} is not between {MIN_IMAGE_SIZE} and {MAX_IMAGE_SIZE} "
+            f"(crafter draws nothing below {MIN_IMAGE_SIZE} px)",
         )
         check(bool(self.actions), "actions", "at least one action is needed")
         unknown = [a for a in self.actions if a not in ACTIONS]

@@ -96,3 +96,10 @@ def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
 
 def frame_exists(*, sha256: str) -> bool:
     return Frame.objects.filter(sha256=sha256).exists()
+
+
+def batch_episodes_unsent(*, batch_id: int) -> int:
+    """Pending episodes whose message never reached the broker (it was down)."""
+    return Episode.objects.filter(
+        batch_id=batch_id, status=Episode.Status.PENDING, enqueued_at__isnull=True
+    ).count()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,7 @@ def episode_view(*, episode_id: int) -> EpisodeView:
             "retries",
             "flagged",
             "note",
+            "truncated",
         )
     )
     for row in rows:
@@ -169,9 +171,70 @@ def episode_view(*, episode_id: int) -> EpisodeView:
                 "retries": row["retries"],
                 "flagged": row["flagged"],
                 "note": row["note"],
+                "truncated": row["truncated"],
             }
         )
+        clip_for_page(turns[-1])
     return EpisodeView(episode=episode, turns=turns, frame_count=len(frames))
+
+
+# What the viewer receives of each long text; the rest comes from `turn_text` when asked for.
+# A model's answer is capped when stored (STUDIO_MAX_ANSWER_BYTES), but a 256-turn page of
+# 64 KB texts would still weigh 50 MB for every viewer.
+PAGE_TEXT_CHARS = 2000
+# Viewer field -> Turn column.
+TURN_TEXT_FIELDS = {
+    "observation": "observation_text",
+    "model_text": "model_text",
+    "reasoning": "reasoning_text",
+    "error": "error",
+    "tool_calls": "tool_calls",
+}
+
+
+def clip_for_page(turn: dict[str, Any]) -> None:
+    """Cut the turn's long texts for the page; `clipped` gives each one's full length."""
+    clipped: dict[str, int] = {}
+    for name in ("observation", "model_text", "reasoning", "error"):
+        value = turn.get(name)
+        if isinstance(value, str) and len(value) > PAGE_TEXT_CHARS:
+            turn[name] = value[:PAGE_TEXT_CHARS] + "…"
+            clipped[name] = len(value)
+    calls = turn.get("tool_calls") or []
+    if any(len(_arguments(call)) > PAGE_TEXT_CHARS for call in calls):
+        clipped["tool_calls"] = len(turn_tool_calls_text(calls))
+        turn["tool_calls"] = [_clip_arguments(call) for call in calls]
+    turn["clipped"] = clipped
+
+
+def _arguments(call: Any) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    value = function.get("arguments") if isinstance(function, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _clip_arguments(call: Any) -> Any:
+    arguments = _arguments(call)
+    if len(arguments) <= PAGE_TEXT_CHARS:
+        return call
+    return {
+        **call,
+        "function": {**call["function"], "arguments": arguments[:PAGE_TEXT_CHARS] + "…"},
+    }
+
+
+def turn_tool_calls_text(calls: Any) -> str:
+    # As the viewer shows them (JSON.stringify(calls, null, 2)).
+    return json.dumps(calls, indent=2, ensure_ascii=False)
+
+
+def turn_text(*, turn_id: int, field: str) -> str:
+    """One text of a turn in full, as the viewer shows it; KeyError for an unknown field."""
+    column = TURN_TEXT_FIELDS[field]
+    value = Turn.objects.values_list(column, flat=True).get(id=turn_id)
+    if column == "tool_calls":
+        return turn_tool_calls_text(value)
+    return value or ""
 
 
 def request_image_steps(messages: Any) -> list[int]:

@@ -16,9 +16,12 @@ from rollouts.crafter_env import library_versions
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.recorder import ClaimLost, EpisodeRecorder
+from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
+from studio import queue
+from studio.errors import plain_error
+from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ def batch_create(
             policy=settings.policy,
             model=settings.model,
             endpoint=settings.base_url,
+            endpoint_name=settings.endpoint,
             seeds=list(settings.seeds),
             step_limit=settings.steps,
             image_size=settings.image_size,
@@ -56,14 +60,23 @@ def batch_create(
             numpy_version=versions["numpy"],
             opensimplex_version=versions["opensimplex"],
         )
-        Episode.objects.bulk_create(Episode(batch=batch, seed=seed) for seed in settings.seeds)
+        # Without enqueue the caller plays them (`--inline`): stamped as handed over, so the
+        # periodic requeue never sends them to workers behind its back.
+        handed = None if enqueue else timezone.now()
+        Episode.objects.bulk_create(
+            Episode(batch=batch, seed=seed, enqueued_at=handed) for seed in settings.seeds
+        )
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
 
 
 def batch_enqueue(*, batch: RolloutBatch) -> int:
-    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play."""
+    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play.
+
+    Returns how many were sent; fewer than asked when the broker is down, and those left
+    are sent by the periodic requeue once it is back (their `enqueued_at` stays empty).
+    """
     from rollouts.tasks import episode_run
 
     ids = list(
@@ -71,9 +84,10 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
         .order_by("seed")
         .values_list("id", flat=True)
     )
-    for episode_id in ids:
-        episode_run.delay(episode_id)
-    return len(ids)
+    if ids:
+        # Re-sent episodes count as never sent until their new message has left.
+        Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
+    return queue.resend(Episode, episode_run, ids)
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
@@ -87,6 +101,11 @@ def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
             status=Episode.Status.PENDING, error="", claim_token="", finished_at=None
         )
         left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
+        if not enqueue:
+            # The caller plays them (`--inline`): the periodic requeue must leave them alone.
+            Episode.objects.filter(batch=locked, status=Episode.Status.PENDING).update(
+                enqueued_at=timezone.now()
+            )
         if left:
             RolloutBatch.objects.filter(id=locked.id).update(
                 episodes_failed=F("episodes_failed") - reset,
@@ -160,8 +179,12 @@ def episode_claim(*, episode_id: int) -> str | None:
     return token
 
 
-def episode_run(*, episode_id: int) -> EpisodeOutcome:
-    """Claim, (re)play from the start and record one episode. Idempotent."""
+def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
+    """Claim, (re)play from the start and record one episode. Idempotent.
+
+    `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
+    operator gave when no admin-named endpoint is involved (`rollouts.model_endpoints`).
+    """
     token = episode_claim(episode_id=episode_id)
     if token is None:
         status = Episode.objects.filter(id=episode_id).values_list("status", flat=True).first()
@@ -175,7 +198,12 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
             Turn.objects.filter(episode=episode).delete()
             Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
-    policy = build_policy(settings, seed=int(episode.seed))
+    try:
+        policy = build_policy(settings, seed=int(episode.seed), cli_api_key=cli_api_key)
+    except PolicyUnavailable as exc:
+        batch_fail(batch=episode.batch, error=str(exc))
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
     recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
     try:
         totals = recorder.play()
@@ -193,7 +221,7 @@ def episode_run(*, episode_id: int) -> EpisodeOutcome:
         episode_fail(
             episode=episode,
             claim_token=token,
-            error=f"{type(exc).__name__}: {exc}",
+            error=plain_error(exc),
             totals=recorder.totals,
         )
         return "failed"
@@ -218,7 +246,7 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
         episode=episode,
         claim_token=claim_token,
         status=Episode.Status.FAILED,
-        error=error[:4000],
+        error=storable(error, max_bytes=4000),
         totals=totals,
     )
 
@@ -262,14 +290,16 @@ def batch_fail(*, batch: RolloutBatch, error: str) -> None:
     now = timezone.now()
     with transaction.atomic():
         skipped = Episode.objects.filter(batch=batch, status=Episode.Status.PENDING).update(
-            status=Episode.Status.FAILED, error=f"batch stopped: {error}"[:4000], finished_at=now
+            status=Episode.Status.FAILED,
+            error=storable(f"batch stopped: {error}", max_bytes=4000),
+            finished_at=now,
         )
         RolloutBatch.objects.filter(id=batch.id).update(
             episodes_failed=F("episodes_failed") + skipped,
         )
         RolloutBatch.objects.filter(
             id=batch.id, status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING]
-        ).update(status=RolloutBatch.Status.FAILED, error=error[:4000])
+        ).update(status=RolloutBatch.Status.FAILED, error=storable(error, max_bytes=4000))
     # Episodes still running elsewhere end on their own and count themselves.
     RolloutBatch.objects.filter(
         id=batch.id, episodes_total__lte=F("episodes_finished") + F("episodes_failed")
@@ -277,7 +307,7 @@ def batch_fail(*, batch: RolloutBatch, error: str) -> None:
 
 
 def episodes_requeue_stale() -> int:
-    """Re-send episodes whose worker died (stale heartbeat) or whose message was lost."""
+    """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
     from rollouts.tasks import episode_run as episode_run_task
 
     stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
@@ -286,6 +316,9 @@ def episodes_requeue_stale() -> int:
             "id", flat=True
         )
     )
-    for episode_id in ids:
-        episode_run_task.delay(episode_id)
-    return len(ids)
+    # Pending episodes whose message never left (broker down) or was lost with its data.
+    ids += queue.waiting_ids(
+        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED),
+        created_field="batch__created_at",
+    )
+    return queue.resend(Episode, episode_run_task, ids)

@@ -17,5 +17,6 @@ urlpatterns = [
     ),
     path("turns/<int:turn_id>/flag/", views.turn_flag, name="turn_flag"),
     path("turns/<int:turn_id>/note/", views.turn_note, name="turn_note"),
+    path("turns/<int:turn_id>/text/<str:field>/", views.turn_text, name="turn_text"),
     path("frames/<str:sha256>.png", views.frame_image, name="frame_image"),
 ]

@@ -34,6 +34,7 @@ from rollouts.forms import (
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score, score_text
+from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVIEW_PERMISSION = "rollouts.review_turn"
@@ -71,9 +72,16 @@ def batch_create(request: HttpRequest) -> HttpResponse:
     form = BatchCreateForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         batch = services.batch_create(settings=form.rollout_settings, created_by=request.user)
-        messages.success(
-            request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
-        )
+        if selectors.batch_episodes_unsent(batch_id=batch.id):
+            messages.warning(
+                request,
+                f"Batch {batch.id} saved, but {QUEUE_UNREACHABLE}; "
+                "the batch will start when it is back.",
+            )
+        else:
+            messages.success(
+                request, f"Batch {batch.id} started: {batch.episodes_total} episodes queued."
+            )
         return redirect("rollouts:batch_detail", batch_id=batch.id)
     return render(
         request, "rollouts/batch_new.html", {"form": form, "source": source if initial else None}
@@ -87,7 +95,9 @@ def batch_resume(request: HttpRequest, batch_id: int) -> HttpResponse:
     if batch.policy == RolloutBatch.Policy.IMPORTED:
         return HttpResponseBadRequest("an imported batch has nothing to play")
     left = services.batch_resume(batch=batch)
-    if left:
+    if left and selectors.batch_episodes_unsent(batch_id=batch.id):
+        messages.warning(request, f"{QUEUE_UNREACHABLE}; the batch will start when it is back.")
+    elif left:
         messages.success(request, f"Resumed: {left} unfinished episode{pluralize(left)} queued.")
     else:
         messages.info(request, "Every episode of this batch has finished; nothing to resume.")
@@ -172,6 +182,7 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         "frameUrl": reverse("rollouts:frame_image", args=["0" * 64]),
         "flagUrl": reverse("rollouts:turn_flag", args=[0]),
         "noteUrl": reverse("rollouts:turn_note", args=[0]),
+        "textUrl": reverse("rollouts:turn_text", args=[0, "model_text"]),
     }
     return render(
         request,
@@ -308,6 +319,20 @@ def turn_note(request: HttpRequest, turn_id: int) -> HttpResponse:
         return HttpResponseBadRequest("; ".join(form.errors.get("note", ["invalid note"])))
     services_review.turn_note(turn=turn, note=form.cleaned_data["note"], user=request.user)
     return _review_response(request, turn, "rollouts/partials/turn_note_saved.html")
+
+
+@require_GET
+def turn_text(request: HttpRequest, turn_id: int, field: str) -> HttpResponse:
+    """One text of a turn in full: the viewer receives long texts cut (`clip_for_page`)."""
+    if field not in selectors_review.TURN_TEXT_FIELDS:
+        raise Http404("no such text")
+    try:
+        text = selectors_review.turn_text(turn_id=turn_id, field=field)
+    except Turn.DoesNotExist as exc:
+        raise Http404("no such turn") from exc
+    # Plain text, never sniffed as HTML (SECURE_CONTENT_TYPE_NOSNIFF); the viewer sets it as
+    # textContent.
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
 def _turn_or_404(turn_id: int) -> Turn:

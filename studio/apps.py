@@ -12,5 +12,8 @@ class StudioConfig(AppConfig):
     name = "studio"
 
     def ready(self) -> None:
+        # Connects the login throttle's signal receivers.
+        from studio import login_throttle  # noqa: F401
+
         # OPENAI_BASE_URL / SYNTH_BACKEND_URL seed a default endpoint of each kind.
         post_migrate.connect(_seed_endpoints, sender=self)

@@ -13,6 +13,8 @@ from django.db.models import QuerySet
 
 from studio.models import Endpoint
 
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
 
 class EndpointError(ValueError):
     """An endpoint name or model that cannot be used; the message says why in one line."""
@@ -47,13 +49,16 @@ def endpoint_api_key(endpoint: Endpoint) -> str:
 
 
 def endpoints_seed_defaults() -> list[Endpoint]:
-    """Create the endpoints the environment describes (`OPENAI_BASE_URL`, `SYNTH_BACKEND_URL`).
+    """Create the endpoints the environment describes (`OPENAI_BASE_URL` or `OPENAI_API_KEY`,
+    `SYNTH_BACKEND_URL`).
 
     Only creates: an admin's later edits to an endpoint of the same name are kept.
     """
     wanted = []
-    if settings.OPENAI_BASE_URL:
-        wanted.append(("default", Endpoint.Kind.CHAT, settings.OPENAI_BASE_URL, "OPENAI_API_KEY"))
+    if settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY:
+        # A key alone means OpenAI itself, as it did for the client library.
+        base_url = settings.OPENAI_BASE_URL or OPENAI_DEFAULT_BASE_URL
+        wanted.append(("default", Endpoint.Kind.CHAT, base_url, "OPENAI_API_KEY"))
     if settings.SYNTH_BACKEND_URL:
         wanted.append(("synth", Endpoint.Kind.SYNTH, settings.SYNTH_BACKEND_URL, "SYNTH_API_KEY"))
     created = []

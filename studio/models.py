@@ -64,3 +64,14 @@ class Endpoint(models.Model):
 
     def allows_model(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
+
+
+class LoginFailure(models.Model):
+    """A failed login, for the rate limit of `studio.login_throttle`; kept only while it counts."""
+
+    username = models.CharField(max_length=150, db_index=True)
+    address = models.CharField(max_length=45, db_index=True)
+    at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address} at {self.at:%Y-%m-%d %H:%M:%S}"

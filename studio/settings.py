@@ -1,6 +1,5 @@
 """Settings from environment variables (SPEC section 2); every default works for `make demo`."""
 
-import secrets
 from pathlib import Path
 
 import environ
@@ -22,11 +21,9 @@ def _secret_key() -> str:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     # Persisted so that logins survive a restart of the development server.
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-    return path.read_text().strip()
+    from studio.secret_key import secret_key_from_file
+
+    return secret_key_from_file(VAR_DIR / "secret_key")
 
 
 SECRET_KEY = _secret_key()
@@ -52,6 +49,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "studio.middleware.reject_nul_bytes",
     # Review pages carry every turn of an episode (a 256-turn viewer is ~580 KB of HTML).
     # Django masks CSRF tokens per response, which is what makes compressing them safe.
     "django.middleware.gzip.GZipMiddleware",
@@ -59,6 +57,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    "studio.middleware.throttle_logins",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -182,7 +181,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "rollouts.tasks.episodes_requeue_stale",
         "schedule": 60.0,
     },
+    "requeue-waiting-datasets": {
+        "task": "datasets.tasks.datasets_requeue_waiting",
+        "schedule": 60.0,
+    },
 }
+# Work whose message never reached the broker (it was down) is sent again by the periodic
+# requeue once it is this old; work sent but still not started after the second figure is
+# presumed lost with the broker's data and sent again (claims make duplicates harmless).
+STUDIO_REQUEUE_GRACE_SECONDS = env.int("STUDIO_REQUEUE_GRACE_SECONDS", default=30)
+STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", default=3600)
 
 # An episode whose worker has not written for this long is presumed dead and may be re-claimed.
 STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
@@ -195,6 +203,8 @@ STUDIO_EXACT_COUNT_UP_TO = env.int("STUDIO_EXACT_COUNT_UP_TO", default=10_000)
 STUDIO_BULK_FLAG_CHUNK = env.int("STUDIO_BULK_FLAG_CHUNK", default=5_000)
 # The largest JSONL file the import page takes (the command reads files of any size).
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
+# The longest line an import reads (images are inline); a longer one is refused mid-read.
+STUDIO_IMPORT_MAX_LINE_BYTES = env.int("STUDIO_IMPORT_MAX_LINE_BYTES", default=64 * 1024 * 1024)
 
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
@@ -247,3 +257,14 @@ STUDIO_OPENAI_MAX_RETRY_AFTER = env.float("STUDIO_OPENAI_MAX_RETRY_AFTER", defau
 STUDIO_OPENAI_CONNECT_ATTEMPTS = env.int("STUDIO_OPENAI_CONNECT_ATTEMPTS", default=3)
 # Turns in a row whose call failed after all retries before the endpoint is declared down.
 STUDIO_OPENAI_MAX_FAILED_TURNS = env.int("STUDIO_OPENAI_MAX_FAILED_TURNS", default=5)
+# A model answer's text, reasoning and each tool call's arguments are stored up to this many
+# bytes each; a longer one is cut, the cut recorded on the turn, and the turn is bad output.
+STUDIO_MAX_ANSWER_BYTES = env.int("STUDIO_MAX_ANSWER_BYTES", default=64 * 1024)
+# A model server's whole HTTP body (answers and errors) is read up to this many bytes.
+STUDIO_MAX_RESPONSE_BYTES = env.int("STUDIO_MAX_RESPONSE_BYTES", default=4 * 1024 * 1024)
+
+# Logins: after this many failures within STUDIO_LOGIN_LOCKOUT_SECONDS, a username (from any
+# address) or an address (for any username) must wait until the oldest failure ages out.
+STUDIO_LOGIN_MAX_FAILURES = env.int("STUDIO_LOGIN_MAX_FAILURES", default=5)
+STUDIO_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("STUDIO_LOGIN_MAX_FAILURES_PER_ADDRESS", default=20)
+STUDIO_LOGIN_LOCKOUT_SECONDS = env.int("STUDIO_LOGIN_LOCKOUT_SECONDS", default=900)

@@ -10,6 +10,7 @@ from django.core.management import call_command
 
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import manage
+from studio.models import Endpoint
 
 
 def test_it_refuses_to_start_without_a_secret_key_when_debug_is_off():
@@ -30,6 +31,13 @@ def test_it_sets_up_the_demo_once(monkeypatch, capsys):
     batch = RolloutBatch.objects.get()
     assert batch.seeds == [0, 1, 2, 3]
     assert set(batch.episodes.values_list("status", flat=True)) == {Episode.Status.FINISHED}
+    # The batch form has an endpoint to offer: a local model server, no key.
+    endpoint = Endpoint.objects.get(name="local")
+    assert (endpoint.kind, endpoint.base_url, endpoint.api_key_env) == (
+        "chat",
+        "http://127.0.0.1:11434/v1",
+        "",
+    )
     monkeypatch.delenv("DEMO_PASSWORD")
     call_command("demo_setup")
     assert RolloutBatch.objects.count() == 1
@@ -38,6 +46,7 @@ def test_it_sets_up_the_demo_once(monkeypatch, capsys):
     call_command("demo_setup")
     assert "password is now DEMO_PASSWORD" in capsys.readouterr().out
     assert authenticate(username="demo", password="another-pass-456") is not None
+    assert Endpoint.objects.filter(name="local").count() == 1
 
 
 def test_it_requires_login_everywhere_but_the_login_page(client, db):

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
+from datasets.importing.errors import MAX_ERRORS, ImportFailed
+from datasets.importing.errors import LineError as _LineError
+from datasets.importing.existing import check_existing, text_sha
+from datasets.importing.values import load_json
 from datasets.validation import (
     IMAGE_FORMATS,
     MAX_IMAGE_BYTES,
@@ -21,24 +27,20 @@ from datasets.validation import (
 from rollouts.crafter_env import ACTIONS
 from rollouts.tools import TOOL_NAME
 
-MAX_ERRORS = 100
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_IMAGES_PER_ROW = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_TURN = 2**31 - 1
+MAX_NAME_CHARS = 200
+MAX_ACHIEVEMENTS = 64
+# What OpenAI's image_url part may hold; anything else would not survive the export.
+IMAGE_URL_KEYS = ("url", "detail")
+IMAGE_DETAILS = ("auto", "low", "high")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class ImportFailed(Exception):
-    """The file has errors; nothing was imported. `errors` hold 'line N: ...' strings."""
-
-    def __init__(self, errors: list[str], total: int) -> None:
-        self.errors = errors
-        self.total = total
-        more = f" (showing the first {len(errors)})" if total > len(errors) else ""
-        super().__init__(f"{total} error(s) in the file, nothing imported{more}")
-
-
-class _LineError(ValueError):
-    pass
+class LineTooLong(Exception):
+    """A line over the limit, found while reading it; the rest of it was skipped unread."""
 
 
 @dataclass
@@ -59,6 +61,10 @@ class Row:
     tools: list[dict[str, Any]] | None
     current_image: int | None  # index into images of the frame the turn showed
     observation_text: str
+    # sha256 of each image's bytes as sent (an export's PNGs are the stored frames' bytes)
+    image_sha256: list[str] = field(default_factory=list)
+    # (batch_id, episode_id, turn) when the row says it came from this studio
+    origin: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -69,22 +75,71 @@ class Plan:
     tools: list[dict[str, Any]] | None = None
     tools_line: int = 0
     image_size: int | None = None
+    # line -> (batch_id, episode_id, turn, sha256 of the answer text, sha256 of the image)
+    origins: dict[int, tuple[int, int, int, str, str]] = field(default_factory=dict)
+    sha256: str = ""  # of the whole file: the same file imported twice is refused
+    # lines left out because their turns are already in the studio (skip_existing)
+    skipped: set[int] = field(default_factory=set)
 
 
-def file_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+Progress = Callable[[int], None]  # bytes read so far
+
+
+def file_lines(
+    path: Path,
+    *,
+    max_bytes: int = MAX_LINE_BYTES,
+    progress: Progress | None = None,
+    digest: Any = None,
+) -> Iterator[tuple[int, bytes | LineTooLong]]:
+    """Non-blank lines; one over `max_bytes` is refused while it is read (bounded memory).
+
+    `digest` (a hashlib object) is fed every byte of the file, skipped ones included.
+    """
+    feed = digest.update if digest is not None else (lambda _: None)
+    read = 0
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if raw.strip():
+        number = 0
+        while True:
+            raw = fh.readline(max_bytes + 1)
+            if not raw:
+                return
+            number += 1
+            read += len(raw)
+            feed(raw)
+            if len(raw) > max_bytes and not raw.endswith(b"\n"):
+                raw = b""  # let the memory go before skipping the rest of the line
+                while True:
+                    rest = fh.readline(1024 * 1024)
+                    read += len(rest)
+                    feed(rest)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                    if progress is not None:
+                        progress(read)
+                yield number, LineTooLong(f"line longer than {max_bytes} bytes")
+            elif raw.strip():
                 yield number, raw
+            if progress is not None:
+                progress(read)
 
 
-def check_file(path: Path) -> Plan:
+def check_file(
+    path: Path,
+    *,
+    skip_existing: bool = False,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    progress: Progress | None = None,
+) -> Plan:
     plan = Plan()
     errors: list[str] = []
     total_errors = 0
-    for number, raw in file_lines(path):
+    digest = hashlib.sha256()
+    for number, raw in file_lines(path, max_bytes=max_line_bytes, progress=progress, digest=digest):
         plan.lines += 1
         try:
+            if isinstance(raw, LineTooLong):
+                raise _LineError(str(raw))
             row = parse_line(number, raw, keep_images=False)
         except _LineError as exc:
             total_errors += 1
@@ -92,6 +147,9 @@ def check_file(path: Path) -> Plan:
                 errors.append(f"line {number}: {exc}")
             continue
         plan.groups.setdefault(row.group, []).append((number, row.turn))
+        if row.origin is not None:
+            image = row.image_sha256[row.current_image] if row.current_image is not None else ""
+            plan.origins[number] = (*row.origin, text_sha(row.model_text), image)
         if row.model:
             plan.models.add(row.model)
         if row.tools is not None:
@@ -109,16 +167,15 @@ def check_file(path: Path) -> Plan:
         total_errors = 1
     if total_errors:
         raise ImportFailed(errors, total_errors)
+    plan.sha256 = digest.hexdigest()
+    check_existing(plan, skip_existing=skip_existing)
     return plan
 
 
 def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
     if len(raw) > MAX_LINE_BYTES:
         raise _LineError(f"line longer than {MAX_LINE_BYTES} bytes")
-    try:
-        record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _LineError(f"not JSON ({exc})") from exc
+    record = load_json(raw)
     if not isinstance(record, dict):
         raise _LineError("not a JSON object")
     messages = record.get("messages")
@@ -135,9 +192,10 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
 
     images: list[bytes] = []
     image_roles: list[str] = []
+    image_sha256: list[str] = []
     request: list[dict[str, Any]] = []
     for position, message in enumerate(messages, start=1):
-        request.append(_message(position, message, images, image_roles, keep_images))
+        request.append(_message(position, message, images, image_roles, image_sha256, keep_images))
     answer = request.pop()
     if answer.get("role") != "assistant":
         raise _LineError("the last message must be the assistant's answer")
@@ -165,15 +223,26 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
         unlocked = achievements["new_unique"]
         if not isinstance(unlocked, list) or not all(isinstance(a, str) for a in unlocked):
             raise _LineError("metadata.achievements.new_unique must be a list of names")
+    if len(unlocked) > MAX_ACHIEVEMENTS or any(len(a) > MAX_NAME_CHARS for a in unlocked):
+        raise _LineError(
+            f"metadata.achievements.new_unique: at most {MAX_ACHIEVEMENTS} names of at most "
+            f"{MAX_NAME_CHARS} characters"
+        )
     turn = metadata.get("turn")
-    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
-        turn = None
+    if turn is not None and (
+        isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn <= MAX_TURN
+    ):
+        raise _LineError(f"metadata.turn must be a whole number from 0 to {MAX_TURN}")
     flagged = metadata.get("flagged", False)
     if not isinstance(flagged, bool):
         raise _LineError("metadata.flagged must be true or false")
     model = metadata.get("model") or ""
-    if not isinstance(model, str):
-        raise _LineError("metadata.model must be a string")
+    if not isinstance(model, str) or len(model) > MAX_NAME_CHARS:
+        raise _LineError(f"metadata.model must be a string of at most {MAX_NAME_CHARS} characters")
+    origin = None
+    ids = (metadata.get("batch_id"), metadata.get("episode_id"), turn)
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        origin = ids
     return Row(
         line=number,
         group=_group(number, metadata),
@@ -185,10 +254,12 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
         reward=float(reward),
         unlocked=list(unlocked),
         flagged=flagged,
-        model=model[:200],
+        model=model,
         tools=tools,
         current_image=current,
         observation_text=observation,
+        image_sha256=image_sha256,
+        origin=origin,  # type: ignore[arg-type]
     )
 
 
@@ -197,6 +268,7 @@ def _message(
     message: Any,
     images: list[bytes],
     image_roles: list[str],
+    image_sha256: list[str],
     keep_images: bool,
 ) -> dict[str, Any]:
     where = f"message {position}"
@@ -210,7 +282,11 @@ def _message(
     if isinstance(content, list):
         parts = []
         for n, part in enumerate(content, start=1):
-            parts.append(_part(f"{where} part {n}", role, part, images, image_roles, keep_images))
+            parts.append(
+                _part(
+                    f"{where} part {n}", role, part, images, image_roles, image_sha256, keep_images
+                )
+            )
         out["content"] = parts
     elif content is not None and not isinstance(content, str):
         raise _LineError(f"{where}: content must be a string, null or a list of parts")
@@ -229,6 +305,7 @@ def _part(
     part: Any,
     images: list[bytes],
     image_roles: list[str],
+    image_sha256: list[str],
     keep_images: bool,
 ) -> dict[str, Any]:
     if not isinstance(part, dict):
@@ -243,6 +320,14 @@ def _part(
     image_url = part.get("image_url")
     if not isinstance(image_url, dict):
         raise _LineError(f"{where}: 'image_url' must be an object with a 'url'")
+    unknown = sorted(set(image_url) - set(IMAGE_URL_KEYS))
+    if unknown:
+        raise _LineError(
+            f"{where}: image_url holds {', '.join(repr(k[:40]) for k in unknown[:5])}; "
+            f"only {' and '.join(IMAGE_URL_KEYS)} are allowed"
+        )
+    if "detail" in image_url and image_url["detail"] not in IMAGE_DETAILS:
+        raise _LineError(f"{where}: image_url.detail must be one of {', '.join(IMAGE_DETAILS)}")
     if len(images) >= MAX_IMAGES_PER_ROW:
         raise _LineError(f"more than {MAX_IMAGES_PER_ROW} images in one row")
     try:
@@ -256,6 +341,7 @@ def _part(
         raise _LineError(f"{where}: image of {info.width}x{info.height} pixels")
     images.append(data if keep_images else b"")
     image_roles.append(role)
+    image_sha256.append(hashlib.sha256(data).hexdigest())
     extra = {k: v for k, v in image_url.items() if k != "url"}
     return {"type": "image_url", "image_url": {"image": len(images) - 1, **extra}}
 
@@ -321,7 +407,7 @@ def actions_of(tool_calls: list[dict[str, Any]]) -> list[str]:
             continue
         try:
             names = json.loads(function.get("arguments") or "{}").get("actions") or []
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             continue
         actions.extend(a for a in names if isinstance(a, str) and a in ACTIONS)
     return actions

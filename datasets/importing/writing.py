@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,65 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 WRITE_CHUNK = 500
 
 
+Progress = Callable[[int], None]  # lines written so far
+
+
 def write_import(
-    path: Path, plan: Plan, *, name: str, source_name: str, created_by
+    path: Path,
+    plan: Plan,
+    *,
+    name: str,
+    source_name: str,
+    created_by,
+    progress: Progress | None = None,
+    finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """All or nothing: rows in one transaction, and on failure the PNGs this import added
+    are removed again (a frame file another row already uses is never touched).
+
+    `finish(summary)` runs inside that transaction: what it writes commits with the rows,
+    and what it raises undoes them.
+    """
     store = FrameStore()
+    added: list[tuple[str, str]] = []  # (sha256, storage name) of files this import created
+    try:
+        return _write(
+            path,
+            plan,
+            store,
+            added,
+            name=name,
+            source_name=source_name,
+            created_by=created_by,
+            progress=progress,
+            finish=finish,
+        )
+    except BaseException:
+        _remove_unused(store, added)
+        raise
+
+
+def _remove_unused(store: FrameStore, added: list[tuple[str, str]]) -> None:
+    used = set(
+        Frame.objects.filter(sha256__in=[sha for sha, _ in added]).values_list("sha256", flat=True)
+    )
+    for sha256, storage_name in added:
+        if sha256 not in used:
+            store.storage.delete(storage_name)
+
+
+def _write(
+    path: Path,
+    plan: Plan,
+    store: FrameStore,
+    added: list[tuple[str, str]],
+    *,
+    name: str,
+    source_name: str,
+    created_by,
+    progress: Progress | None,
+    finish: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, Any]:
     groups = list(plan.groups.items())
     # line -> (episode position, turn index)
     placement: dict[int, tuple[int, int]] = {}
@@ -37,7 +93,11 @@ def write_import(
         distinct = all(t is not None for t in turns) and len(set(turns)) == len(turns)
         for order, (line, turn) in enumerate(members):
             placement[line] = (position, turn if distinct else order)
-    settings: dict[str, Any] = {"imported_from": source_name, "lines": plan.lines}
+    settings: dict[str, Any] = {
+        "imported_from": source_name,
+        "imported_sha256": plan.sha256,
+        "lines": plan.lines,
+    }
     if plan.tools is not None and plan.tools != DEFAULT_TOOLS:
         settings["tools"] = plan.tools
     model = next(iter(plan.models)) if len(plan.models) == 1 else ""
@@ -70,7 +130,11 @@ def write_import(
         def frame_for(position: int, data: bytes) -> Frame:
             nonlocal frames_written
             png, width, height = as_png(data)
-            sha256, storage_name = store.put(png)
+            sha256, storage_name = store.stage(png)
+            staged = store.take_staged()
+            if staged and not store.storage.exists(storage_name):
+                added.append((sha256, storage_name))
+                store.write_many(staged)
             known = frames[position]
             frame = known.get(sha256)
             if frame is None:
@@ -95,6 +159,9 @@ def write_import(
             pending_turns.clear()
 
         for number, raw in file_lines(path):
+            if number in plan.skipped:
+                continue
+            assert isinstance(raw, bytes), "pass one refused over-long lines"
             row = parse_line(number, raw, keep_images=True)
             position, index = placement[number]
             image_frames = [frame_for(position, data) for data in row.images]
@@ -128,6 +195,8 @@ def write_import(
             turns_written += 1
             if len(pending_turns) >= WRITE_CHUNK:
                 flush()
+                if progress is not None:
+                    progress(turns_written)
         flush()
         for episode, total in zip(episodes, totals, strict=True):
             episode.steps = total["steps"]
@@ -148,15 +217,19 @@ def write_import(
             export_options=ExportOptions().to_json(),
             created_by=created_by,
         )
-    return {
-        "dataset_id": dataset.id,
-        "batch_id": batch.id,
-        "lines": plan.lines,
-        "episodes": len(episodes),
-        "turns": turns_written,
-        "frames": frames_written,
-        "images": images_seen,
-    }
+        summary = {
+            "dataset_id": dataset.id,
+            "batch_id": batch.id,
+            "lines": plan.lines,
+            "episodes": len(episodes),
+            "turns": turns_written,
+            "skipped": len(plan.skipped),
+            "frames": frames_written,
+            "images": images_seen,
+        }
+        if finish is not None:
+            finish(summary)
+    return summary
 
 
 def _refer_frames(message: dict[str, Any], image_frames: list[Frame]) -> dict[str, Any]:

@@ -70,6 +70,12 @@ def test_it_round_trips_export_import_export(scripted_batch, tmp_path):
     Turn.objects.filter(episode__seed=2, index=4).update(flagged=True)
     first = tmp_path / "first.jsonl"
     assert run("export_jsonl", "--output", str(first), "--history-frames", "2").code == 0
+    # Its turns are still here: importing them again would duplicate every one.
+    refused = run("import_jsonl", str(first))
+    assert refused.code == 1 and "turn 0 of episode" in refused.stderr
+    assert "90 of 90 lines are turns already in the studio" in refused.stderr
+    Turn.objects.filter(episode__batch=scripted_batch).delete()
+    scripted_batch.delete()
     imported = run("import_jsonl", str(first), "--name", "round trip")
     assert imported.code == 0, imported.stderr
     summary = imported.summary

@@ -6,7 +6,8 @@ from rollouts.policies.base import Decision, Observation, Policy
 from rollouts.rollout_settings import RolloutSettings
 
 
-def build_policy(settings: RolloutSettings, *, seed: int) -> Policy:
+def build_policy(settings: RolloutSettings, *, seed: int, cli_api_key: str = "") -> Policy:
+    """`cli_api_key`: the key of a command playing inline, for a URL its operator typed."""
     if settings.policy == "scripted":
         from rollouts.policies.baselines import ScriptedPolicy
 
@@ -18,7 +19,7 @@ def build_policy(settings: RolloutSettings, *, seed: int) -> Policy:
     if settings.policy == "openai":
         from rollouts.policies.openai import OpenAIPolicy
 
-        return OpenAIPolicy(settings, seed=seed)
+        return OpenAIPolicy(settings, seed=seed, cli_api_key=cli_api_key)
     raise ValueError(f"unknown policy {settings.policy!r}")
 
 

@@ -46,6 +46,8 @@ class Decision:
     completion_tokens: int = 0
     latency_ms: int = 0
     retries: int = 0
+    # Fields of the answer cut to fit when stored: {"model_text": original bytes, ...}.
+    truncated: dict[str, int] = field(default_factory=dict)
     # Bad output that the settings say should end the episode.
     end_episode: bool = False
 

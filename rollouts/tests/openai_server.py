@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,14 @@ class Reply:
     close: bool = False
     no_choices: bool = False
     usage: tuple[int, int] = (120, 12)
+    # Hostile answers: a body sent as it is, or this many bytes of a JSON string streamed in
+    # chunks (never held in memory), optionally gzip-compressed.
+    raw_body: bytes | None = None
+    content_type: str = "application/json"
+    stream_bytes: int = 0
+    gzip: bool = False
+    # Replaces the whole JSON answer (after the usual one is built from the fields above).
+    payload: Any = None
 
 
 def tool_call(*actions: str, name: str = TOOL_NAME) -> Reply:
@@ -59,6 +68,14 @@ def slow(seconds: float, reply: Reply | None = None) -> Reply:
     reply = reply or tool_call("noop")
     reply.delay = seconds
     return reply
+
+
+def raw(body: bytes, *, content_type: str = "application/json", status: int = 200) -> Reply:
+    return Reply(raw_body=body, content_type=content_type, status=status)
+
+
+def huge(size: int, *, gzip: bool = False) -> Reply:
+    return Reply(stream_bytes=size, gzip=gzip)
 
 
 def closed() -> Reply:
@@ -87,6 +104,7 @@ class ChatServer:
         self.default: Reply = tool_call("noop")
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[Received] = []
+        self.bytes_sent = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self._script: deque[Reply] = deque()
@@ -131,6 +149,12 @@ class ChatServer:
         with self._lock:
             self._count += 1
             number = self._count
+        if reply.raw_body is not None:
+            return (
+                reply.status,
+                {**reply.headers, "Content-Type": reply.content_type},
+                reply.raw_body,
+            )
         if reply.status != 200:
             payload: dict[str, Any] = {
                 "error": {"message": reply.error_message, "type": "scripted", "code": None}
@@ -167,6 +191,8 @@ class ChatServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+        if reply.payload is not None:
+            payload = reply.payload
         return 200, reply.headers, json.dumps(payload).encode()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -213,6 +239,9 @@ class ChatServer:
                     if reply.close:
                         self.close_connection = True
                         return
+                    if reply.stream_bytes:
+                        self._stream(reply)
+                        return
                     self._send(*answer)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client gave up (a timeout): fine
@@ -220,9 +249,38 @@ class ChatServer:
                     if counted:
                         server._finish()
 
+            def _stream(self, reply: Reply) -> None:
+                """`{"x": "aaaa...` of `stream_bytes` bytes, chunked, counted as it leaves."""
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                if reply.gzip:
+                    self.send_header("Content-Encoding", "gzip")
+                self.end_headers()
+                compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+                chunk = b"a" * 65536
+                left = reply.stream_bytes
+                pieces = [b'{"x": "']
+                while left > 0:
+                    pieces.append(chunk[:left])
+                    left -= len(chunk)
+                    for piece in pieces:
+                        out = compressor.compress(piece) if reply.gzip else piece
+                        if out:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(out), out))
+                            with server._lock:
+                                server.bytes_sent += len(out)
+                    pieces = []
+                tail = compressor.flush() if reply.gzip else b""
+                self.wfile.write(
+                    b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail) if tail else b"0\r\n\r\n"
+                )
+
             def _send(self, code: int, headers: dict[str, str], payload: bytes) -> None:
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                if "Content-Type" not in headers:
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 for key, value in headers.items():
                     self.send_header(key, value)

@@ -9,6 +9,7 @@ from rollouts import services
 from rollouts.models import Episode, RolloutBatch
 from rollouts.recorder import ClaimLost
 from rollouts.rollout_settings import RolloutSettings
+from studio.models import Endpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -160,19 +161,21 @@ def test_it_lists_every_form_error_at_once_in_page_words(editor_client):
     )
     assert response.status_code == 200
     errors = response.context["form"].errors
-    assert set(errors) == {"model", "steps", "temperature", "max_retries"}
+    # No endpoint named yet: that is one more problem, shown with the others.
+    assert set(errors) == {"model", "endpoint", "steps", "temperature", "max_retries"}
     assert errors["model"] == ["The openai policy needs a model name."]
     assert all("--" not in e for messages in errors.values() for e in messages)
     assert not RolloutBatch.objects.exists()
 
 
 def test_it_starts_an_openai_batch_with_every_option_from_the_form(editor_client):
+    Endpoint.objects.create(name="vlm-server", base_url="http://127.0.0.1:9/v1")
     response = editor_client.post(
         reverse("rollouts:batch_create"),
         {
             "policy": "openai",
             "model": "vlm-x",
-            "base_url": "http://127.0.0.1:9/v1",
+            "endpoint": "vlm-server",
             "seeds": "1",
             "steps": "10",
             "image_size": "64",
@@ -202,3 +205,4 @@ def test_it_starts_an_openai_batch_with_every_option_from_the_form(editor_client
     )
     assert (settings["request_timeout"], settings["concurrency"]) == (15.0, 8)
     assert (settings["requests_per_minute"], settings["history_frames"]) == (30, 2)
+    assert (settings["endpoint"], settings["base_url"]) == ("vlm-server", "http://127.0.0.1:9/v1")

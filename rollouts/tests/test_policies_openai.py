@@ -10,7 +10,7 @@ import socket
 import time
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from rollouts import selectors, services
 from rollouts.frame_store import FrameStore
@@ -139,12 +139,21 @@ def test_it_compares_image_only_and_text_only_on_the_same_seed(chat_server):
 
 
 @pytest.mark.django_db
-def test_it_never_stores_the_api_key(chat_server, settings):
-    settings.OPENAI_API_KEY = "sk-test-secret-123"
-    batch = play(chat_server, steps=1)
-    assert chat_server.requests[0].headers["authorization"] == "Bearer sk-test-secret-123"
+def test_it_sends_the_endpoints_own_key_and_never_stores_it(chat_server, chat_endpoint, settings):
+    settings.OPENAI_API_KEY = "sk-server-wide-secret-999"
+    batch = record_batch(
+        policy="openai",
+        model="test-vlm",
+        endpoint=chat_endpoint.name,
+        base_url=chat_endpoint.base_url,
+        seeds=(3,),
+        steps=1,
+    )
+    headers = chat_server.requests[0].headers
+    assert headers["authorization"] == "Bearer sk-test-endpoint-key-0123456789"
     rows = [*RolloutBatch.objects.values(), *Episode.objects.values(), *Turn.objects.values()]
-    assert "sk-test-secret" not in json.dumps(rows, default=str)
+    assert "sk-test-endpoint" not in json.dumps(rows, default=str)
+    assert batch.endpoint_name == "local-test" and batch.endpoint == chat_server.url
     assert batch.episodes.get().status == Episode.Status.FINISHED
 
 
@@ -334,17 +343,19 @@ def _closed_port() -> int:
 def test_it_fails_the_batch_at_once_when_the_endpoint_is_down(transactional_db, settings):
     settings.OPENAI_API_KEY = ""
     out = io.StringIO()
-    call_command(
-        "rollout",
-        "--policy=openai",
-        "--model=test-vlm",
-        f"--base-url=http://127.0.0.1:{_closed_port()}/v1",
-        "--seeds=0-5",
-        "--steps=50",
-        "--concurrency=2",
-        "--inline",
-        stdout=out,
-    )
+    with pytest.raises(CommandError, match="6 of 6 episodes failed") as failed:
+        call_command(
+            "rollout",
+            "--policy=openai",
+            "--model=test-vlm",
+            f"--base-url=http://127.0.0.1:{_closed_port()}/v1",
+            "--seeds=0-5",
+            "--steps=50",
+            "--concurrency=2",
+            "--inline",
+            stdout=out,
+        )
+    assert failed.value.returncode == 1
     summary = json.loads(out.getvalue().strip().splitlines()[-1])
     assert summary["failed"] == 6 and summary["finished"] == 0
     assert summary["status"] == "failed"

@@ -37,6 +37,17 @@ SUMMARY_KEYS = {
         (["--policy", "telepathy"], "invalid choice: 'telepathy'"),
         (["--policy", "random", "--steps", "many"], "invalid int value: 'many'"),
         (["--policy", "openai"], "the openai policy needs --model"),
+        # crafter 1.8.3 itself raises at reset() for 17 px and less (see rollout_settings)
+        (["--policy", "random", "--image-size", "17"], "image-size: 17 is not between 18"),
+        (["--policy", "random", "--image-size", "9"], "image-size: 9 is not between 18"),
+        (
+            ["--policy", "openai", "--model", "m", "--endpoint", "nope"],
+            "endpoint: no chat endpoint named 'nope'",
+        ),
+        (
+            ["--policy", "openai", "--model", "m", "--endpoint", "x", "--base-url", "http://h/v1"],
+            "give --endpoint or --base-url, not both",
+        ),
         (["--seeds", "1"], "--policy is required"),
     ],
 )

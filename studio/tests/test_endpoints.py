@@ -61,3 +61,17 @@ def test_it_seeds_defaults_from_the_environment_once(settings):
         ("synth", "synth", "SYNTH_API_KEY"),
     ]
     assert endpoints_seed_defaults() == []
+
+
+@pytest.mark.django_db
+def test_it_seeds_openai_itself_from_a_key_alone(settings):
+    settings.OPENAI_BASE_URL = ""
+    settings.OPENAI_API_KEY = "sk-only-a-key"
+    settings.SYNTH_BACKEND_URL = ""
+    Endpoint.objects.all().delete()
+    (endpoint,) = endpoints_seed_defaults()
+    assert (endpoint.name, endpoint.base_url, endpoint.api_key_env) == (
+        "default",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+    )

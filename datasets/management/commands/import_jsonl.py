@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from datasets.importing import ImportFailed, import_file
-from studio.commands import StudioCommand, usage_error
+from studio.commands import StudioCommand, progress_bar, usage_error
 
 
 class Command(StudioCommand):
@@ -21,13 +21,36 @@ class Command(StudioCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("path", metavar="PATH")
         parser.add_argument("--name", default="", help="name of the batch and dataset")
+        parser.add_argument(
+            "--skip-existing",
+            action="store_true",
+            help="leave out rows whose turns are already in the studio (default: refuse the file)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["path"])
         if not path.is_file():
             raise usage_error(f"path: {str(path)!r} is not a file")
+        checking = progress_bar(total=path.stat().st_size, desc="checking", unit="B")
+        writing = progress_bar(total=0, desc="writing", unit="line")
+
+        def checked(done: int) -> None:
+            checking.update(done - checking.n)
+
+        def planned(lines: int) -> None:
+            checking.close()
+            writing.reset(total=lines)
+
         try:
-            summary = import_file(path=path, name=options["name"])
+            with checking, writing:
+                summary = import_file(
+                    path=path,
+                    name=options["name"],
+                    skip_existing=options["skip_existing"],
+                    on_checked=checked,
+                    on_planned=planned,
+                    on_written=lambda done: writing.update(done - writing.n),
+                )
         except ImportFailed as exc:
             for line in exc.errors:
                 self.stderr.write(line)

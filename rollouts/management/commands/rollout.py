@@ -8,9 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.management.base import CommandError
 from django.db import close_old_connections
 
 from rollouts import selectors, services
+from rollouts.model_endpoints import chat_endpoint_with_url, endpoint_settings
 from rollouts.models import Episode, RolloutBatch
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
@@ -24,6 +26,15 @@ from rollouts.rollout_settings import (
 )
 from rollouts.scoring import SCORE_UNIT
 from studio.commands import StudioCommand, progress_bar, usage_error
+from studio.endpoints import (
+    EndpointError,
+    endpoint_check_model,
+    endpoint_get,
+    endpoints_enabled,
+    endpoints_seed_defaults,
+)
+from studio.models import Endpoint
+from studio.queue import QUEUE_UNREACHABLE
 
 
 class Command(StudioCommand):
@@ -36,7 +47,16 @@ class Command(StudioCommand):
         parser.add_argument("--policy", choices=POLICIES)
         parser.add_argument("--model", default="", help="model name (openai policy)")
         parser.add_argument(
-            "--base-url", default="", help="OpenAI-compatible endpoint; default OPENAI_BASE_URL"
+            "--endpoint",
+            default="",
+            help="an endpoint an admin named (its URL, key variable and limits); "
+            "default: 'default' when it exists",
+        )
+        parser.add_argument(
+            "--base-url",
+            default="",
+            help="an OpenAI-compatible URL instead of --endpoint; workers send no key to a URL "
+            "no endpoint has, --inline sends this command's OPENAI_API_KEY",
         )
         parser.add_argument("--seeds", default="0", help="7, 0-9 or 1,5,9-12")
         parser.add_argument("--steps", type=int, default=256)
@@ -48,8 +68,9 @@ class Command(StudioCommand):
         parser.add_argument(
             "--concurrency",
             type=int,
-            default=4,
-            help="most model requests in flight per endpoint, across all workers",
+            default=None,
+            help="most model requests in flight per endpoint, across all workers "
+            "(default: the endpoint's, else 4)",
         )
         parser.add_argument("--name", default="")
         parser.add_argument("--temperature", type=float, default=0.0)
@@ -69,8 +90,8 @@ class Command(StudioCommand):
         parser.add_argument(
             "--requests-per-minute",
             type=int,
-            default=0,
-            help="per endpoint, across all workers; 0 = no limit",
+            default=None,
+            help="per endpoint, across all workers; 0 = no limit (default: the endpoint's)",
         )
         parser.add_argument(
             "--resume",
@@ -94,13 +115,72 @@ class Command(StudioCommand):
                 raise usage_error("--policy is required (scripted, random or openai)")
             settings = self._settings(options)
             batch = services.batch_create(settings=settings, enqueue=not options["inline"])
+        if not options["inline"] and selectors.batch_episodes_unsent(batch_id=batch.id):
+            # Saved, not lost: the periodic requeue sends it once the broker answers again.
+            self.stderr.write(f"{QUEUE_UNREACHABLE}; the batch will start when it is back")
         if options["inline"]:
             self._play_inline(batch)
         elif options["wait"]:
             self._wait(batch)
-        self.stdout.write(json.dumps(selectors.batch_summary(batch=batch)))
+        summary = selectors.batch_summary(batch=batch)
+        self.stdout.write(json.dumps(summary))
+        if (options["inline"] or options["wait"]) and (
+            summary["status"] == RolloutBatch.Status.FAILED or summary["failed"]
+        ):
+            # Scripts that wait must be able to tell a batch that failed from one that did not.
+            batch.refresh_from_db()
+            reason = batch.error.splitlines()[0] if batch.error else "see the batch page"
+            raise CommandError(
+                f"batch {batch.id} failed: {summary['failed']} of {summary['episodes']} "
+                f"episodes failed; {reason}",
+                returncode=1,
+            )
+
+    def _endpoint_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Endpoint name, URL and limits: from --endpoint, a known --base-url, or 'default'."""
+        if options["policy"] != "openai" or not options["model"]:
+            return {}  # nothing to pick; RolloutSettings names what is missing
+        name, base_url = options["endpoint"], options["base_url"]
+        if name and base_url:
+            raise usage_error("endpoint: give --endpoint or --base-url, not both")
+        try:
+            if name:
+                endpoint = endpoint_get(name=name, kind=Endpoint.Kind.CHAT)
+            elif base_url:
+                endpoint = chat_endpoint_with_url(base_url)
+            else:
+                # What OPENAI_BASE_URL / OPENAI_API_KEY describe, as `migrate` seeds it.
+                endpoints_seed_defaults()
+                endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name="default").first()
+            if endpoint is not None:
+                endpoint_check_model(endpoint=endpoint, model=options["model"])
+        except EndpointError as exc:
+            raise usage_error(str(exc)) from exc
+        if endpoint is not None:
+            return endpoint_settings(endpoint)
+        if not base_url:
+            known = ", ".join(
+                endpoints_enabled(kind=Endpoint.Kind.CHAT).values_list("name", flat=True)
+            )
+            raise usage_error(
+                "endpoint: the openai policy needs --endpoint NAME"
+                + (f" (known: {known})" if known else "")
+                + " or --base-url URL"
+            )
+        if not options["inline"]:
+            self.stderr.write(
+                f"note: no endpoint is named for {base_url}; workers send it no key "
+                "(--inline sends your OPENAI_API_KEY; an admin can name it under /admin/)"
+            )
+        return {"base_url": base_url}
 
     def _settings(self, options: dict[str, Any]) -> RolloutSettings:
+        endpoint = self._endpoint_options(options)
+
+        def chosen(option: str, default: int) -> int:
+            value = options[option]
+            return value if value is not None else endpoint.get(option, default)
+
         try:
             return RolloutSettings(
                 policy=options["policy"],
@@ -110,9 +190,10 @@ class Command(StudioCommand):
                 actions=tuple(options["actions"]),
                 name=options["name"],
                 model=options["model"],
-                base_url=options["base_url"] or django_settings.OPENAI_BASE_URL,
+                endpoint=endpoint.get("endpoint", ""),
+                base_url=endpoint.get("base_url", ""),
                 history_frames=options["history_frames"],
-                concurrency=options["concurrency"],
+                concurrency=chosen("concurrency", 4),
                 temperature=options["temperature"],
                 max_tokens=options["max_tokens"],
                 image_detail=options["image_detail"],
@@ -120,7 +201,7 @@ class Command(StudioCommand):
                 on_bad_output=options["on_bad_output"],
                 max_retries=options["max_retries"],
                 request_timeout=options["request_timeout"],
-                requests_per_minute=options["requests_per_minute"],
+                requests_per_minute=chosen("requests_per_minute", 0),
             )
         except SettingsError as exc:
             raise usage_error(str(exc)) from exc
@@ -138,7 +219,11 @@ class Command(StudioCommand):
 
         def play(episode_id: int) -> str:
             try:
-                return services.episode_run(episode_id=episode_id)
+                # Inline, the calls leave from this process: its own key may go to the URL
+                # its operator gave (never to an admin-named endpoint, which has its own).
+                return services.episode_run(
+                    episode_id=episode_id, cli_api_key=django_settings.OPENAI_API_KEY
+                )
             finally:
                 close_old_connections()
 

@@ -21,6 +21,11 @@ Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
   `empty_answer`, `refusal`) is not retried: the answer is what the model does with this
   observation. Same `on_bad_output` rule. A text answer without a tool call goes through the
   documented fallback in `rollouts.text_actions` first (`text_fallback`).
+* A hostile or broken answer is bad output too, never a lost episode: bodies are read in
+  bounded memory (`transport`), parsed and cleaned by `answers.read_answer`
+  (`invalid_response`, `answer_too_large`, `truncated_answer`, `invalid_text`).
+* The URL and key come from `rollouts.model_endpoints`: an admin-named endpoint's key goes
+  to that endpoint's URL only. Connection errors say "unreachable" and nothing more.
 * An endpoint that cannot be reached on the episode's first call (after a short bounded
   retry), or that rejects it as misconfigured (401, 403, 404), raises `PolicyUnavailable`:
   the batch fails in seconds with one clear error. So does an endpoint that fails

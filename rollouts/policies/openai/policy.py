@@ -9,16 +9,25 @@ import threading
 import time
 from typing import Any
 
+import httpx2
 import openai
 from django.conf import settings as django_settings
-from openai.types.chat import ChatCompletion
 
+from rollouts.model_endpoints import model_connection
 from rollouts.policies.base import Decision, Observation, PolicyUnavailable
 from rollouts.policies.openai.answers import read_answer
 from rollouts.policies.openai.messages import build_messages
+from rollouts.policies.openai.transport import (
+    ACCEPT_ENCODING,
+    AnswerTooLarge,
+    UnreadableAnswer,
+    bounded_http_client,
+)
 from rollouts.rate_limit import limiter_for
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import INTERACT_MANY_TOOL
+from studio.redaction import redact_key
+from studio.untrusted import storable
 
 # Local servers (vLLM, Ollama) ignore the key, but the client insists on one.
 PLACEHOLDER_API_KEY = "sk-no-key"
@@ -50,17 +59,24 @@ def retry_after_seconds(headers: Any) -> float | None:
     return max(0.0, parsed.timestamp() - time.time())
 
 
-_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
+_clients: dict[tuple[str, str, float, int], openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 
 
-def shared_client(*, base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
-    """One client per endpoint, key and timeout in this process, shared by its episodes.
+def shared_client(
+    *, base_url: str, api_key: str, timeout: float, max_response_bytes: int
+) -> openai.OpenAI:
+    """One client per endpoint, key, timeout and body cap in this process, shared by episodes.
 
     Building a client costs ~0.1 s of CPU (its TLS context), as much as a whole model call's
     worth of work here; its connection pool is thread-safe and keeps connections warm.
     """
-    key = (base_url, hashlib.sha256(api_key.encode()).hexdigest(), float(timeout))
+    key = (
+        base_url,
+        hashlib.sha256(api_key.encode()).hexdigest(),
+        float(timeout),
+        max_response_bytes,
+    )
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
@@ -69,16 +85,24 @@ def shared_client(*, base_url: str, api_key: str, timeout: float) -> openai.Open
                 api_key=api_key,
                 max_retries=0,
                 timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
+                default_headers={"Accept-Encoding": ACCEPT_ENCODING},
+                http_client=bounded_http_client(max_bytes=max_response_bytes, timeout=timeout),
             )
             _clients[key] = client
         return client
 
 
 class _CallFailed(Exception):
+    """The call failed (`http_<status>`, `timeout`, `connection`): counts toward giving up."""
+
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+
+class _Unusable(_CallFailed):
+    """The server answered, with something that cannot be read: bad output."""
 
 
 class OpenAIPolicy:
@@ -88,15 +112,22 @@ class OpenAIPolicy:
         *,
         seed: int,
         client: openai.OpenAI | None = None,
+        cli_api_key: str = "",
     ) -> None:
         self.settings = settings
         self.seed = seed
-        self._api_key = django_settings.OPENAI_API_KEY or PLACEHOLDER_API_KEY
+        # The key of the endpoint the batch names, for that endpoint's URL only (or the
+        # command's own key for the URL its operator typed, when it plays inline).
+        self.connection = model_connection(settings, cli_api_key=cli_api_key)
+        self._api_key = self.connection.api_key or PLACEHOLDER_API_KEY
         self.client = client or shared_client(
-            base_url=settings.base_url, api_key=self._api_key, timeout=settings.request_timeout
+            base_url=self.connection.base_url,
+            api_key=self._api_key,
+            timeout=settings.request_timeout,
+            max_response_bytes=django_settings.STUDIO_MAX_RESPONSE_BYTES,
         )
         self.limiter = limiter_for(
-            base_url=settings.base_url,
+            base_url=self.connection.base_url,
             concurrency=settings.concurrency,
             requests_per_minute=settings.requests_per_minute,
             # A lease outlives any one request, so only a dead worker's slot ever expires.
@@ -117,7 +148,10 @@ class OpenAIPolicy:
         stored, sent = build_messages(self.settings, observation)
         decision = Decision(actions=[], request_messages=stored)
         try:
-            completion = self._complete(sent, decision)
+            body = self._complete(sent, decision)
+        except _Unusable as failure:
+            self.failed_turns_in_row = 0  # it answered
+            return self._bad(decision, failure.kind, failure.message)
         except _CallFailed as failure:
             self.failed_turns_in_row += 1
             if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
@@ -127,12 +161,12 @@ class OpenAIPolicy:
                 ) from failure
             return self._bad(decision, failure.kind, failure.message)
         self.failed_turns_in_row = 0
-        bad = read_answer(completion, decision)
+        bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
         return self._bad(decision, *bad) if bad else decision
 
     # --- the call, with retries -----------------------------------------------------------
 
-    def _complete(self, messages: list[dict[str, Any]], decision: Decision) -> Any:
+    def _complete(self, messages: list[dict[str, Any]], decision: Decision) -> bytes:
         transient_retries = 0
         connect_failures = 0
         while True:
@@ -143,10 +177,18 @@ class OpenAIPolicy:
                 with self.limiter.slot():
                     started = time.monotonic()
                     decision.model_called = True
-                    completion = self._post(messages)
+                    body = self._post(messages)
                 decision.latency_ms = _ms_since(started)
                 self.endpoint_answered = True
-                return completion
+                return body
+            except AnswerTooLarge as exc:
+                decision.latency_ms = _ms_since(started)
+                self.endpoint_answered = True
+                raise _Unusable("answer_too_large", str(exc)) from exc
+            except UnreadableAnswer as exc:
+                decision.latency_ms = _ms_since(started)
+                self.endpoint_answered = True
+                raise _Unusable("invalid_response", str(exc)) from exc
             except openai.APIStatusError as exc:
                 decision.latency_ms = _ms_since(started)
                 first_answer = not self.endpoint_answered
@@ -172,13 +214,15 @@ class OpenAIPolicy:
                     kind = "timeout"
                     message = f"no answer within {self.settings.request_timeout:g} s"
                 else:
-                    kind, message = "connection", self._describe(exc)
+                    # Nothing more than this: refused, reset, unknown host and filtered ports
+                    # look alike, so an error message is no port scanner.
+                    kind, message = "connection", "unreachable"
                 if kind == "connection" and not self.endpoint_answered:
                     connect_failures += 1
                     if connect_failures >= django_settings.STUDIO_OPENAI_CONNECT_ATTEMPTS:
                         raise PolicyUnavailable(
                             f"model endpoint {self._endpoint()} is unreachable "
-                            f"({connect_failures} attempts): {message}"
+                            f"({connect_failures} attempts)"
                         ) from exc
                     # Down from the start: a short, bounded retry, not the long backoff.
                     decision.retries += 1
@@ -186,24 +230,27 @@ class OpenAIPolicy:
                     continue
             except openai.APIError as exc:
                 decision.latency_ms = _ms_since(started)
-                raise _CallFailed("invalid_response", self._describe(exc)) from exc
+                raise _Unusable("invalid_response", self._describe(exc)) from exc
             if transient_retries >= self.settings.max_retries:
                 raise _CallFailed(kind, f"{message} (after {transient_retries} retries)")
             transient_retries += 1
             decision.retries += 1
             time.sleep(self._backoff(transient_retries, wait))
 
-    def _post(self, messages: list[dict[str, Any]]) -> ChatCompletion:
+    def _post(self, messages: list[dict[str, Any]]) -> bytes:
         # `chat.completions.create` with the same body, minus its per-call parameter
         # transform: that walks every message part and costs ~3 ms of CPU per call, while a
         # worker's threads share one core between the game, the recorder and the calls.
+        # The raw body comes back (read within the transport's bounds): `read_answer` parses
+        # and checks it, instead of the library's models, which take any shape as it comes.
         body = {
             "model": self.settings.model,
             "messages": messages,
             "tools": [INTERACT_MANY_TOOL],
             **self.params,
         }
-        return self.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        response = self.client.post("/chat/completions", body=body, cast_to=httpx2.Response)
+        return response.content
 
     def _backoff(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -229,22 +276,19 @@ class OpenAIPolicy:
 
     def _describe(self, exc: Exception) -> str:
         message = str(getattr(exc, "message", None) or exc)
-        cause = exc.__cause__
-        if cause is not None and str(cause) and str(cause) not in message:
-            message = f"{message} ({type(cause).__name__}: {cause})"
         if isinstance(exc, openai.APIStatusError):
             message = f"HTTP {exc.status_code}: {message}"
-        # Whatever a server echoes back, the key never reaches a row or a log.
-        if self._api_key != PLACEHOLDER_API_KEY:
-            message = message.replace(self._api_key, "[key]")
-        return message[:2000]
+        # Whatever a server echoes back, the key (or its masked echo) never reaches a row or
+        # a log; the text itself is the server's, so it is cleaned like an answer.
+        key = self._api_key if self._api_key != PLACEHOLDER_API_KEY else ""
+        return storable(redact_key(message[:20_000], key), max_bytes=2000)
 
     def _endpoint(self) -> str:
-        return self.settings.base_url or str(self.client.base_url)
+        return self.connection.label
 
     def _bad(self, decision: Decision, kind: str, message: str) -> Decision:
         decision.error_kind = kind
-        decision.error = message[:4000]
+        decision.error = storable(message, max_bytes=4000)
         if self.settings.on_bad_output == "end":
             decision.actions = []
             decision.end_episode = True

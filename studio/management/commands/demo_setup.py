@@ -12,8 +12,11 @@ from rollouts import services
 from rollouts.models import Episode, RolloutBatch
 from rollouts.rollout_settings import RolloutSettings
 from studio.commands import StudioCommand
+from studio.models import Endpoint
 
 DEMO_BATCH_NAME = "Demo: scripted baseline"
+DEMO_ENDPOINT_NAME = "local"
+DEMO_ENDPOINT_URL = os.environ.get("DEMO_MODEL_URL", "http://127.0.0.1:11434/v1")
 
 
 class Command(StudioCommand):
@@ -35,6 +38,15 @@ class Command(StudioCommand):
             self.stdout.write(
                 "Superuser demo exists; to set its password: DEMO_PASSWORD=... make demo"
             )
+        # Something to pick in the batch form's endpoint list: a model server on this machine
+        # (Ollama's address; vLLM is usually :8000, which the studio takes). Edit it under
+        # /admin/; its key, if any, comes from the variable named there, never the database.
+        endpoint, created = Endpoint.objects.get_or_create(
+            name=DEMO_ENDPOINT_NAME,
+            defaults={"kind": Endpoint.Kind.CHAT, "base_url": DEMO_ENDPOINT_URL},
+        )
+        if created:
+            self.stdout.write(f"Created model endpoint {endpoint.name} ({endpoint.base_url})")
         if RolloutBatch.objects.filter(name=DEMO_BATCH_NAME).exists():
             return
         settings = RolloutSettings(policy="scripted", seeds=(0, 1, 2, 3), name=DEMO_BATCH_NAME)

@@ -132,6 +132,7 @@
     setText("reasoning", turn.reasoning);
     section("reasoning", Boolean(turn.reasoning));
     setText("observation", turn.observation);
+    renderClipped(turn);
     renderSeen(turn);
     const vitals = Object.entries(turn.vitals || {}).map(([k, v]) => k + " " + v);
     const inventory = Object.entries(turn.inventory || {}).map(([k, v]) => k + " ×" + v);
@@ -151,6 +152,33 @@
     // Warm the neighbours so that the next key press shows its frame at once.
     for (const j of [cursor - 1, cursor + 1]) {
       if (turns[j]) new Image().src = frameUrl(turns[j].frame);
+    }
+  }
+
+  // Long texts arrive cut (selectors_review.clip_for_page); a button loads the rest as text.
+  function renderClipped(turn) {
+    panel.querySelectorAll(".load-rest").forEach((node) => node.remove());
+    for (const [name, length] of Object.entries(turn.clipped || {})) {
+      const target = field(name);
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "secondary load-rest";
+      button.textContent = "Show all (" + Number(length) + " characters)";
+      button.addEventListener("click", () => {
+        button.disabled = true;
+        const url = idUrl(config.textUrl, turn.id).replace("/model_text/", "/" + name + "/");
+        fetch(url, { credentials: "same-origin" })
+          .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
+          .then((text) => {
+            if (turns[cursor] === turn) target.textContent = text;
+            button.remove();
+          })
+          .catch(() => {
+            button.disabled = false;
+            button.textContent = "Not loaded; try again";
+          });
+      });
+      target.after(button);
     }
   }
 
