@@ -252,6 +252,8 @@ class TurnBulkFlag(models.Model):
     error = models.TextField(blank=True)
     claim_token = models.CharField(max_length=64, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the message reached the broker; empty: not yet (studio.queue sends it again).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL,
         null=True,

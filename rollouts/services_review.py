@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from rollouts.models import Turn, TurnBulkFlag
 from rollouts.selectors_review import TurnFilters, turns_count, turns_filtered
+from studio import queue
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +70,28 @@ def turn_bulk_flag_start(
     return job
 
 
-def turn_bulk_flag_enqueue(*, job: TurnBulkFlag) -> None:
+def turn_bulk_flag_enqueue(*, job: TurnBulkFlag) -> bool:
+    """Send the job; False when the broker is down (the periodic requeue sends it later)."""
     from rollouts.tasks import turn_bulk_flag_run as task
 
-    task.delay(job.id)
+    if not queue.send(task, job.id):
+        return False
+    TurnBulkFlag.objects.filter(id=job.id).update(enqueued_at=timezone.now())
+    return True
+
+
+def turn_bulk_flags_requeue() -> int:
+    """Re-send bulk flags whose worker died (stale heartbeat) or whose message never left."""
+    from rollouts.tasks import turn_bulk_flag_run as task
+
+    stale = timezone.now() - BULK_FLAG_STALE_AFTER
+    ids = list(
+        TurnBulkFlag.objects.filter(
+            status=TurnBulkFlag.Status.RUNNING, heartbeat_at__lt=stale
+        ).values_list("id", flat=True)
+    )
+    ids += queue.waiting_ids(TurnBulkFlag.objects.all(), created_field="created_at")
+    return queue.resend(TurnBulkFlag, task, ids)
 
 
 def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnFilters:

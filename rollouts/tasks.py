@@ -43,3 +43,8 @@ def turn_bulk_flag_run(self, job_id: int) -> str:
         # Another worker holds a fresh claim; look again once it would count as stale.
         raise self.retry(countdown=int(services_review.BULK_FLAG_STALE_AFTER.total_seconds()))
     return outcome
+
+
+@shared_task(acks_late=True, time_limit=300)
+def turn_bulk_flags_requeue() -> int:
+    return services_review.turn_bulk_flags_requeue()

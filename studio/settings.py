@@ -185,6 +185,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "datasets.tasks.datasets_requeue_waiting",
         "schedule": 60.0,
     },
+    "requeue-waiting-bulk-flags": {
+        "task": "rollouts.tasks.turn_bulk_flags_requeue",
+        "schedule": 60.0,
+    },
 }
 # Work whose message never reached the broker (it was down) is sent again by the periodic
 # requeue once it is this old; work sent but still not started after the second figure is

@@ -43,6 +43,7 @@ class Migration(migrations.Migration):
                 ("error", models.TextField(blank=True)),
                 ("claim_token", models.CharField(blank=True, max_length=64)),
                 ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("enqueued_at", models.DateTimeField(blank=True, null=True)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 ("started_at", models.DateTimeField(blank=True, null=True)),
                 ("finished_at", models.DateTimeField(blank=True, null=True)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -147,3 +148,20 @@ def test_it_reads_the_frame_steps_of_image_parts():
     assert request_image_steps(messages) == [4, 5]
     assert request_image_steps([]) == []
     assert request_image_steps("garbage") == []
+
+
+def test_it_sends_again_a_bulk_flag_whose_message_never_left(celery_worker, editor):
+    (episode,) = _played(6)
+    # As if the broker was down when it was asked for: pending, never handed over.
+    job = TurnBulkFlag.objects.create(filters={}, flagged=True, total=6, created_by=editor)
+    TurnBulkFlag.objects.filter(id=job.id).update(created_at=timezone.now() - timedelta(minutes=5))
+    assert services_review.turn_bulk_flags_requeue() == 1
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status == "done":
+            break
+        time.sleep(0.05)
+    assert (job.status, job.changed) == ("done", 6) and job.enqueued_at is not None
+    assert episode.turns.filter(flagged=True).count() == 6
+    assert services_review.turn_bulk_flags_requeue() == 0  # nothing waits any more
