@@ -55,11 +55,12 @@ def _turn_insert(
     INSERT INTO rollouts_rolloutbatch (id, name, policy, model, endpoint, seeds, step_limit,
         image_size, settings, status, episodes_total, episodes_finished, episodes_failed,
         model_calls, model_errors, model_retries, prompt_tokens, completion_tokens,
-        created_at, crafter_version, numpy_version, opensimplex_version, error)
+        created_at, crafter_version, numpy_version, opensimplex_version, error,
+        prompt_version, system_prompt, endpoint_name)
     SELECT {first_batch} + b, 'scale ' || ({first_batch} + b), 'openai',
         (ARRAY{list(MODELS)!r})[1 + b % 3], 'http://127.0.0.1:9/v1', '[]', 256, 64, '{{}}',
         'finished', {EPISODES_PER_BATCH}, {EPISODES_PER_BATCH}, 0, 0, 0, 0, 0, 0,
-        now() - (b || ' minutes')::interval, '1.8.3', '', '', ''
+        now() - (b || ' minutes')::interval, '1.8.3', '', '', '', 1, '', ''
     FROM generate_series(0, {(episodes - 1) // EPISODES_PER_BATCH}) AS b;
 
     INSERT INTO rollouts_episode (id, batch_id, seed, status, steps, total_reward,
@@ -84,7 +85,7 @@ def _turn_insert(
     INSERT INTO rollouts_turn (episode_id, "index", frame_id, observation_text,
         request_messages, model_text, reasoning_text, tool_calls, actions, reward,
         achievements_unlocked, error, error_kind, finish_reason, text_fallback,
-        prompt_tokens, completion_tokens, latency_ms, retries, flagged, note)
+        prompt_tokens, completion_tokens, latency_ms, retries, flagged, note, truncated)
     SELECT {first_episode} + g / {EPISODE_TURNS}, g % {EPISODE_TURNS}, {first_frame} + g,
         replace(%(observation)s, '{{index}}', (g % {EPISODE_TURNS})::text),
         jsonb_build_array(jsonb_build_object('role', 'user', 'content', jsonb_build_array(
@@ -104,7 +105,7 @@ def _turn_insert(
              ELSE '[]'::jsonb END,
         CASE WHEN g % 211 = 0 THEN 'HTTP 429 from the endpoint' ELSE '' END,
         CASE WHEN g % 211 = 0 THEN 'http_429' ELSE '' END,
-        'tool_calls', false, 1450, 60, 830, 0, g % 997 = 0, ''
+        'tool_calls', false, 1450, 60, 830, 0, g % 997 = 0, '', '{{}}'
     FROM generate_series(0, {count - 1}) AS g
     """
     return [statement for statement in sql.split(";") if statement.strip()]

@@ -49,11 +49,11 @@ def played(db):
             'INSERT INTO rollouts_turn (episode_id, "index", frame_id, observation_text, '
             "request_messages, reasoning_text, tool_calls, actions, reward, "
             "achievements_unlocked, error, error_kind, finish_reason, text_fallback, "
-            "prompt_tokens, completion_tokens, latency_ms, retries, flagged, note) "
+            "prompt_tokens, completion_tokens, latency_ms, retries, flagged, note, truncated) "
             "SELECT e.id, i, %s, 'obs', '[]', '', '[]', '[\"noop\"]', 0, "
             "CASE WHEN i = 3 AND e.seed = 107 THEN '[\"collect_wood\"]'::jsonb "
             "ELSE '[]'::jsonb END, CASE WHEN i = 3 THEN 'timeout' ELSE '' END, '', '', "
-            "false, 0, 0, 0, 0, i = 5 AND e.seed %% 10 = 0, '' "
+            "false, 0, 0, 0, 0, i = 5 AND e.seed %% 10 = 0, '', '{}' "
             "FROM rollouts_episode e, generate_series(0, 255) AS i WHERE e.batch_id = %s "
             "AND e.seed >= 100",
             [frame_id, batch.id],
