@@ -1,4 +1,5 @@
-"""Server time of the review pages: the episode viewer (256 turns) and the turn list (50,000).
+"""Server time of the review pages: the episode viewer (256 turns), the turn list (50,000) and
+the comparison of two batches of 1,000 episodes each.
 
 Prints one JSON object. The data is seeded in a database of its own (`studio_bench_review`,
 dropped and re-created) with bulk_create: a 256-turn episode whose turns have the size of a
@@ -20,7 +21,12 @@ returns a fixed page without touching a table but the session's, served by the s
 through the same middleware (sessions, authentication, CSRF, WhiteNoise, htmx). Each page's
 `over_static_p50_ms` is what its own work adds to that.
 
-    python benchmarks/review_pages.py [--requests 60] [--concurrent 8]
+The comparison page (`/compare/?batches=A,B`: statistics with 1,000-resample bootstraps) is
+timed for two batches of 1,000 episodes and, as the baseline in the same run, two batches of
+100; its query count is taken for both with Django's test client (it must not grow with the
+batches). Episodes are written directly with achievements drawn from fixed rates, 1% failed.
+
+    python benchmarks/review_pages.py [--requests 60] [--concurrent 8] [--only compare]
 """
 
 from __future__ import annotations
@@ -37,9 +43,12 @@ import threading
 import time
 from pathlib import Path
 
-DATABASE = "studio_bench_review"
+# Another name lets two runs on one server stay apart (the database is dropped first).
+DATABASE = os.environ.get("BENCH_REVIEW_DATABASE", "studio_bench_review")
 TOTAL_TURNS = 50_000
 EPISODE_TURNS = 256
+COMPARE_EPISODES = 1_000
+COMPARE_BASELINE_EPISODES = 100
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -211,6 +220,68 @@ def seed() -> dict[str, int]:
     }
 
 
+def seed_comparison() -> dict[str, list[int]]:
+    """Two pairs of batches on the same seeds: 2 x 1,000 episodes and 2 x 100 (the baseline)."""
+    import random
+
+    from rollouts.crafter_env import ACHIEVEMENTS
+    from rollouts.models import Episode, RolloutBatch
+
+    pairs: dict[str, list[int]] = {}
+    for size in (COMPARE_EPISODES, COMPARE_BASELINE_EPISODES):
+        ids = []
+        for model, skill in (("bench-base", 0.25), ("bench-tuned", 0.35)):
+            rng = random.Random(f"{model}:{size}")
+            batch = RolloutBatch.objects.create(
+                name=f"{model} x{size}",
+                policy="openai",
+                model=model,
+                seeds=list(range(size)),
+                episodes_total=size,
+                episodes_finished=size,
+                status=RolloutBatch.Status.FINISHED,
+            )
+            episodes = []
+            for seed in range(size):
+                # Easier achievements (earlier in a rough tech tree) are unlocked more often.
+                unlocked = {
+                    name: 10 * i
+                    for i, name in enumerate(ACHIEVEMENTS)
+                    if rng.random() < skill * (1.0 if i % 4 == 0 else 0.4)
+                }
+                failed = rng.random() < 0.01
+                episodes.append(
+                    Episode(
+                        batch=batch,
+                        seed=seed,
+                        status="failed" if failed else "finished",
+                        steps=rng.randint(60, 256),
+                        total_reward=float(len(unlocked)),
+                        achievements={} if failed else unlocked,
+                        achievement_count=0 if failed else len(unlocked),
+                    )
+                )
+            Episode.objects.bulk_create(episodes)
+            ids.append(batch.id)
+        pairs[f"{size}"] = ids
+    return pairs
+
+
+def compare_queries(path: str, session_user: str = "bench") -> int:
+    """Queries the comparison page makes, counted in this process with the test client."""
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client()
+    client.force_login(User.objects.get(username=session_user))
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(path)
+    assert response.status_code == 200, response.status_code
+    return len(queries)
+
+
 # --- the server (child process) -----------------------------------------------------------
 
 
@@ -326,6 +397,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=60, help="per page, single client")
     parser.add_argument("--concurrent", type=int, default=8, help="clients at once")
+    parser.add_argument(
+        "--only", choices=("review", "compare"), help="time only these pages (shorter run)"
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -339,8 +413,20 @@ def main() -> None:
     os.environ.pop("DEBUG", None)
     seed_start = time.perf_counter()
     setup_django(DATABASE)
-    ids = seed()
+    if args.only == "compare":
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        user = User.objects.create_superuser("bench", password="bench-pass-123")
+        client = Client()
+        client.force_login(user)
+        ids: dict = {"session": client.cookies["sessionid"].value}
+    else:
+        ids = seed()
+    pairs = seed_comparison() if args.only != "review" else {}
     seed_seconds = time.perf_counter() - seed_start
+    compare_paths = {size: f"/compare/?batches={a},{b}" for size, (a, b) in pairs.items()}
+    query_counts = {size: compare_queries(path) for size, path in compare_paths.items()}
 
     from django.db import connections
 
@@ -354,21 +440,24 @@ def main() -> None:
     )
     try:
         port = int(child.stdout.readline().strip())
-        pages = {
-            "baseline_static_page": "/bench/static/",
-            "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
-            "turn_list_50k": "/turns/",
-            "turn_list_50k_filtered": (
-                f"/turns/?batch={ids['history_batch_id']}&flagged=exclude&achievement=collect_wood"
-            ),
-        }
+        pages = {"baseline_static_page": "/bench/static/"}
+        if args.only != "compare":
+            pages |= {
+                "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
+                "turn_list_50k": "/turns/",
+                "turn_list_50k_filtered": (
+                    f"/turns/?batch={ids['history_batch_id']}&flagged=exclude"
+                    "&achievement=collect_wood"
+                ),
+            }
         per_client = max(args.requests // 3, 10)  # per concurrent client
         result: dict[str, object] = {
-            "turns": ids["turns"],
-            "episode_turns": EPISODE_TURNS,
             "server": "Django ThreadedWSGIServer in a child process; http.client clients",
             "seed_seconds": round(seed_seconds, 1),
         }
+        if args.only != "compare":
+            result["turns"] = ids["turns"]
+            result["episode_turns"] = EPISODE_TURNS
         for name, path in pages.items():
             single = run_single(port, path, ids["session"], args.requests)
             concurrent = run_concurrent(port, path, ids["session"], per_client, args.concurrent)
@@ -383,6 +472,22 @@ def main() -> None:
                 result[name]["over_static_p50_ms"] = round(p50 - static, 2)
                 result[name]["ratio_to_static_p50"] = round(p50 / static, 1) if static else None
         result["note"] = "shared 2-core machine: other processes were running"
+        if compare_paths:
+            # Single client only: each request is CPU-bound statistics, and the point is how
+            # it grows with the batches, not how one interpreter shares its lock.
+            timed = {
+                size: _summary(run_single(port, path, ids["session"], min(args.requests, 30)))
+                for size, path in compare_paths.items()
+            }
+            large, small = str(COMPARE_EPISODES), str(COMPARE_BASELINE_EPISODES)
+            result["compare_two_batches"] = {
+                f"episodes_per_batch_{large}": {**timed[large], "queries": query_counts[large]},
+                f"episodes_per_batch_{small}": {**timed[small], "queries": query_counts[small]},
+                "server_p50_ratio_1000_vs_100": round(
+                    timed[large]["server_p50_ms"] / max(timed[small]["server_p50_ms"], 1e-9), 2
+                ),
+                "queries_grow_with_batches": query_counts[large] != query_counts[small],
+            }
         print(json.dumps(result))
     finally:
         child.terminate()

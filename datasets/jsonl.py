@@ -351,3 +351,39 @@ def image_part_frame_step(part: Any) -> int | None:
         if isinstance(image_url, dict) and isinstance(image_url.get("frame_step"), int):
             return int(image_url["frame_step"])
     return None
+
+
+# -- provider formats of a stored row ---------------------------------------------------------
+
+PROVIDER_FORMATS = ("openai", "synth")
+
+
+def tool_flat(tool: Any) -> Any:
+    """synth-ai's tool shape, `{"name", "description", "parameters"}`, from OpenAI's nested one."""
+    if isinstance(tool, dict) and isinstance(tool.get("function"), dict) and "name" not in tool:
+        return dict(tool["function"])
+    return tool
+
+
+def tool_nested(tool: Any) -> Any:
+    """OpenAI's `{"type": "function", "function": {...}}` from a flat tool."""
+    if isinstance(tool, dict) and "name" in tool and "function" not in tool:
+        return {"type": "function", "function": dict(tool)}
+    return tool
+
+
+def row_for_provider(row: dict[str, Any], *, row_format: str) -> dict[str, Any]:
+    """A parsed row (any of this studio's formats) in a provider's format, same turn.
+
+    `openai`: no metadata, nested tools. `synth`: flat tools (synth-ai's SFT loader refuses
+    nested ones with "tool 0 missing name"), metadata kept. Messages are never touched.
+    """
+    if row_format not in PROVIDER_FORMATS:
+        raise ValueError(f"format {row_format!r} is not one of {PROVIDER_FORMATS}")
+    out = {key: value for key, value in row.items() if key != "metadata"}
+    convert = tool_flat if row_format == "synth" else tool_nested
+    if isinstance(out.get("tools"), list):
+        out["tools"] = [convert(tool) for tool in out["tools"]]
+    if row_format == "synth" and "metadata" in row:
+        out["metadata"] = row["metadata"]
+    return out

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "rollouts",
     "datasets",
     "training",
+    "evaluation",
 ]
 
 MIDDLEWARE = [
@@ -189,6 +190,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "rollouts.tasks.turn_bulk_flags_requeue",
         "schedule": 60.0,
     },
+    "poll-training-jobs": {
+        "task": "training.tasks.training_jobs_poll",
+        "schedule": env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0),
+    },
 }
 # Work whose message never reached the broker (it was down) is sent again by the periodic
 # requeue once it is this old; work sent but still not started after the second figure is
@@ -209,6 +214,14 @@ STUDIO_BULK_FLAG_CHUNK = env.int("STUDIO_BULK_FLAG_CHUNK", default=5_000)
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 # The longest line an import reads (images are inline); a longer one is refused mid-read.
 STUDIO_IMPORT_MAX_LINE_BYTES = env.int("STUDIO_IMPORT_MAX_LINE_BYTES", default=64 * 1024 * 1024)
+
+# --- training ---
+# Retries of a provider call that failed with 429, 5xx or a network error.
+STUDIO_TRAINING_MAX_RETRIES = env.int("STUDIO_TRAINING_MAX_RETRIES", default=4)
+# How often the beat task asks the provider about each active job.
+STUDIO_TRAINING_POLL_SECONDS = env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0)
+# A submission whose worker has not written for this long is presumed dead and re-claimed.
+STUDIO_TRAINING_STALE_SECONDS = env.int("STUDIO_TRAINING_STALE_SECONDS", default=300)
 
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")

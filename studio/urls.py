@@ -22,4 +22,5 @@ urlpatterns = [
     path("", include("rollouts.urls")),
     path("datasets/", include("datasets.urls")),
     path("training/", include("training.urls")),
+    path("", include("evaluation.urls")),
 ]

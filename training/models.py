@@ -1,1 +1,151 @@
-"""Training jobs: configs, providers, submissions."""
+"""Training jobs sent to a fine-tuning provider, and the events the provider reported."""
+
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.db import models
+from django.db.models import Q
+
+
+class TrainingJob(models.Model):
+    """One submission of a dataset version to a provider; the row, not the broker, is the truth.
+
+    Remote ids are written the moment the provider returns them, so a task delivered again
+    after a crash carries on from there instead of uploading or creating a job twice. No key
+    is ever stored here: only the base URL and, for a browser submission, the endpoint name.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # saved, waiting for the worker
+        UPLOADING = "uploading"
+        SUBMITTED = "submitted"  # the remote job exists; not yet reported running
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    ACTIVE = (Status.PENDING, Status.UPLOADING, Status.SUBMITTED, Status.RUNNING)
+    TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
+
+    class Provider(models.TextChoices):
+        SYNTH = "synth"
+        OPENAI = "openai"
+
+    dataset_version = models.ForeignKey(
+        "datasets.DatasetVersion", on_delete=models.PROTECT, related_name="training_jobs"
+    )
+    validation_version = models.ForeignKey(
+        "datasets.DatasetVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="validation_jobs",
+    )
+    provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SYNTH)
+    endpoint_name = models.CharField(
+        max_length=60, blank=True, help_text="The admin-named endpoint picked in the browser."
+    )
+    base_url = models.CharField(max_length=500, help_text="Base URL; never a key.")
+    # Where the key comes from on the workers: the NAME of an environment variable.
+    api_key_env = models.CharField(max_length=100, blank=True)
+    model = models.CharField(max_length=200)
+    config_toml = models.TextField(help_text="The TOML exactly as submitted.")
+    effective_config = models.JSONField(default=dict)
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+
+    # What was uploaded: the version's rows in the provider's format, and their sha256.
+    training_file_sha256 = models.CharField(max_length=64, blank=True)
+    training_file_bytes = models.PositiveBigIntegerField(default=0)
+    training_file_rows = models.PositiveIntegerField(default=0)
+    validation_file_sha256 = models.CharField(max_length=64, blank=True)
+    validation_file_bytes = models.PositiveBigIntegerField(default=0)
+    validation_file_rows = models.PositiveIntegerField(default=0)
+    remote_training_file_id = models.CharField(max_length=200, blank=True)
+    remote_validation_file_id = models.CharField(max_length=200, blank=True)
+    remote_job_id = models.CharField(max_length=200, blank=True)
+    # Sent with every creating request (and in the remote job's metadata) so a repeat is
+    # recognised; create_attempts > 0 without a remote id means "look before creating".
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    create_attempts = models.PositiveSmallIntegerField(default=0)
+
+    remote_status = models.CharField(max_length=40, blank=True)
+    fine_tuned_model = models.CharField(max_length=300, blank=True)
+    trained_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    # The provider's event cursor (synth: last seq; openai: newest event id seen).
+    event_cursor = models.CharField(max_length=200, blank=True)
+    metric_cursor = models.IntegerField(default=-1)
+
+    claim_token = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    polled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("submit_job", "Can submit and cancel training jobs")]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status="succeeded") | ~Q(remote_job_id=""),
+                name="training_succeeded_has_remote_job",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Training job {self.pk} ({self.provider})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.submitted_at is None:
+            return None
+        from django.utils import timezone
+
+        end = self.finished_at or timezone.now()
+        return (end - self.submitted_at).total_seconds()
+
+
+class TrainingEvent(models.Model):
+    """One event the provider reported (or the studio noted), stored once per remote id."""
+
+    class Level(models.TextChoices):
+        INFO = "info"
+        WARNING = "warning"
+        ERROR = "error"
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="events")
+    remote_id = models.CharField(max_length=200)
+    time = models.DateTimeField()
+    level = models.CharField(max_length=20, choices=Level.choices, default=Level.INFO)
+    type = models.CharField(max_length=100, blank=True)
+    message = models.TextField(blank=True)
+    step = models.IntegerField(null=True, blank=True)
+    train_loss = models.FloatField(null=True, blank=True)
+    validation_loss = models.FloatField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "time", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "remote_id"], name="training_event_once"),
+        ]
+        indexes = [models.Index(fields=["job", "time"])]
+
+    def __str__(self) -> str:
+        return f"{self.type or self.level}: {self.message[:60]}"

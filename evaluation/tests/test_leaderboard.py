@@ -1,0 +1,118 @@
+"""/leaderboard/ and the held-out seed reads that the training page's Evaluate builds on."""
+
+from __future__ import annotations
+
+import pytest
+
+from datasets.filters import DatasetFilters, turn_queryset
+from datasets.models import Dataset, DatasetVersion
+from evaluation import selectors
+from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.models import Episode, RolloutBatch
+from rollouts.tests.helpers import record_batch
+
+pytestmark = pytest.mark.django_db
+
+
+def _finished_batch(*, seeds, policy="openai", model="vlm-a", unlocked=(), **settings):
+    batch = RolloutBatch.objects.create(
+        policy=policy,
+        model=model if policy == "openai" else "",
+        seeds=list(seeds),
+        status="finished",
+        settings={"observation_mode": "image_text", "history_frames": 0, **settings},
+    )
+    Episode.objects.bulk_create(
+        Episode(batch=batch, seed=s, status="finished", achievements=dict.fromkeys(unlocked, 1))
+        for s in seeds
+    )
+    return batch
+
+
+def test_it_pools_batches_of_one_configuration_and_keeps_others_apart(viewer_client):
+    one = _finished_batch(seeds=range(0, 5), unlocked=["collect_wood"])
+    two = _finished_batch(seeds=range(5, 10), unlocked=["collect_wood"])
+    text = _finished_batch(seeds=range(0, 5), observation_mode="text")
+    RolloutBatch.objects.create(policy="openai", model="vlm-a", seeds=[1], status="running")
+    rows = selectors.leaderboard_rows()
+    studio = [row for row in rows if not row.is_reference]
+    assert [sorted(row.batch_ids) for row in studio] == [[one.id, two.id], [text.id]]
+    pooled = studio[0]
+    assert pooled.summary.episodes == 10
+    # collect_wood in every episode, nothing else: 101 ** (1/22) - 1 = 0.2334%.
+    assert pooled.summary.crafter_score == pytest.approx(0.2334, abs=1e-4)
+    assert pooled.summary.progression == pytest.approx(100 / 22)
+    assert studio[1].observation_mode == "text" and studio[1].summary.crafter_score == 0.0
+
+
+def test_the_papers_agents_are_shown_as_references(viewer_client):
+    _finished_batch(seeds=range(3), unlocked=ACHIEVEMENTS[:3])
+    response = viewer_client.get("/leaderboard/")
+    assert response.status_code == 200
+    ranks = [rank for rank, _ in response.context["rows"]]
+    rows = [row for _, row in response.context["rows"]]
+    assert sorted(r for r in ranks if r is not None) == [1]
+    references = {row.label: row.score for row in rows if row.is_reference}
+    assert references == {
+        "Human experts": 50.5,
+        "DreamerV2": 10.0,
+        "PPO": 4.6,
+        "Rainbow": 4.3,
+        "Random": 1.6,
+    }
+    assert [row.score for row in rows] == sorted((row.score for row in rows), reverse=True)
+    html = response.content.decode()
+    assert html.count('class="reference"') == 5
+    assert "not a studio result" in html and "50.50%" in html
+
+
+def test_the_leaderboard_renders_with_no_batches_and_counts_failures(viewer_client):
+    assert "No finished batches yet" in viewer_client.get("/leaderboard/").content.decode()
+    batch = _finished_batch(seeds=range(4), unlocked=["collect_wood"])
+    Episode.objects.filter(batch=batch, seed=3).update(status="failed")
+    (row,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (row.summary.episodes, row.summary.failed) == (4, 1)
+    assert viewer_client.get("/leaderboard/").status_code == 200
+
+
+def test_held_out_seeds_avoid_every_seed_the_training_data_played():
+    train = record_batch(policy="scripted", seeds=(0, 1, 3), steps=20)
+    other = record_batch(policy="random", seeds=(2, 7), steps=20)
+    # The episodes a dataset version would be built from: the filter of a saved dataset.
+    filters = DatasetFilters(batches=[train.id, other.id])
+    episode_ids = set(turn_queryset(filters).values_list("episode_id", flat=True))
+    pairs = selectors.batch_seed_pairs(episode_ids=episode_ids)
+    assert pairs == {(train.id, 0), (train.id, 1), (train.id, 3), (other.id, 2), (other.id, 7)}
+    held_out = selectors.held_out_seeds_for(used=pairs, count=4)
+    assert held_out == [4, 5, 6, 8]
+    assert selectors.held_out_seeds_for(used=pairs, count=4) == held_out
+    # A saved dataset version of the training batch only: seeds 0, 1, 3 are taken.
+    dataset = Dataset.objects.create(name="train", filters={"batches": [train.id]})
+    version = DatasetVersion.objects.create(
+        dataset=dataset, number=1, filters={"batches": [train.id]}
+    )
+    used = selectors.dataset_version_seed_pairs(version=version)
+    assert used == {(train.id, 0), (train.id, 1), (train.id, 3)}
+    assert selectors.held_out_seeds_for(used=used, count=3) == [2, 4, 5]
+    base = _finished_batch(seeds=[2, 4, 5, 6], model="base-vlm")
+    plan = selectors.held_out_plan(version=version, count=3, base_model="base-vlm")
+    assert plan.seeds == [2, 4, 5]
+    assert [b.id for b in plan.base_batches] == [base.id]
+    assert selectors.held_out_plan(version=version, count=4, base_model="base-vlm").seeds == [
+        2,
+        4,
+        5,
+        6,
+    ]
+    assert (
+        selectors.held_out_plan(version=version, count=5, base_model="base-vlm").base_batches == []
+    )
+
+
+def test_it_finds_the_base_models_batches_on_the_held_out_seeds():
+    covering = _finished_batch(seeds=[4, 5, 6, 8, 9], model="base")
+    _finished_batch(seeds=[4, 5], model="base")  # misses 6 and 8
+    _finished_batch(seeds=[4, 5, 6, 8], model="other")
+    found = selectors.batches_covering_seeds(model="base", seeds=[4, 5, 6, 8])
+    assert [b.id for b in found] == [covering.id]
+    assert selectors.batches_covering_seeds(model="base", seeds=[]) == []

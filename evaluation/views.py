@@ -1,0 +1,182 @@
+"""Comparison and leaderboard pages. Login is enforced by LoginRequiredMiddleware."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from evaluation import charts, selectors
+from evaluation.reports import comparison_csv, comparison_json
+from rollouts.crafter_env import ACHIEVEMENTS
+
+SEEDS_SHOWN = 200  # seed links on the page; the downloads hold them all
+
+
+def _url_pattern(name: str) -> str:
+    """A URL with one integer argument as a format string: `/episodes/{}/`."""
+    return reverse(name, args=[_SENTINEL]).replace(str(_SENTINEL), "{}", 1)
+
+
+_SENTINEL = 918273645
+
+
+def _batch_label(batch) -> str:
+    what = batch.model or batch.policy
+    return f"#{batch.id} {batch.name or what}"
+
+
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    """`/compare/?batches=3,5,8` (or `batches=3&batches=5` from the batch list's checkboxes)."""
+    fmt = request.GET.get("format", "html")
+    try:
+        values = request.GET.getlist("batches")
+        ids = selectors.parse_batch_ids(values)
+        if len(values) > 1:
+            # Ticked in the batch list (newest first there): the oldest is the baseline.
+            ids.sort()
+        comparison = selectors.batches_compare(batch_ids=ids)
+    except selectors.ComparisonError as exc:
+        if fmt in ("json", "csv"):
+            return JsonResponse({"error": str(exc)}, status=400)
+        typed = ",".join(request.GET.getlist("batches"))[:200]
+        return render(request, "evaluation/compare.html", {"error": str(exc), "query": typed})
+    query = ",".join(str(i) for i in ids)
+    if fmt in ("json", "csv"):
+        data = comparison_json(comparison)
+    if fmt == "json":
+        response = HttpResponse(json.dumps(data, indent=1), content_type="application/json")
+        response["Content-Disposition"] = f'attachment; filename="compare-{query}.json"'
+        return response
+    if fmt == "csv":
+        response = HttpResponse(comparison_csv(data), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="compare-{query}.csv"'
+        return response
+
+    labels = {c.batch.id: _batch_label(c.batch) for c in comparison.columns}
+    rate_rows = []
+    for name in ACHIEVEMENTS:
+        rate_rows.append(
+            {
+                "name": name,
+                "cells": [
+                    (c.summary.success_rates[name], c.summary.rate_intervals[name])
+                    for c in comparison.columns
+                ],
+                "diffs": [
+                    (d.paired.success_rates[name], d.paired.rate_intervals[name])
+                    for d in comparison.differences
+                ],
+            }
+        )
+    rates_svg = charts.rates_chart(
+        [
+            charts.Series(
+                label=labels[c.batch.id],
+                rates=c.summary.success_rates,
+                intervals=c.summary.rate_intervals,
+            )
+            for c in comparison.columns
+        ],
+        title="Success rate per achievement on the shared seeds, with 95% intervals",
+    )
+    score_svg = charts.score_chart(
+        [
+            (labels[c.batch.id], c.summary.crafter_score, c.summary.score_interval)
+            for c in comparison.columns
+        ],
+        title="Crafter score on the shared seeds, with 95% bootstrap intervals",
+    )
+    per_seed = {d.batch.id: {r.seed: r for r in d.paired.per_seed} for d in comparison.differences}
+    # Hundreds of rows with links: resolve each URL pattern once, not once per link.
+    episode_url = _url_pattern("rollouts:episode_detail")
+    seed_url = _url_pattern("evaluation:compare_seed")
+    seed_rows = []
+    for seed in comparison.shared_seeds[:SEEDS_SHOWN]:
+        episodes = [
+            (comparison.episode_ids.get((c.batch.id, seed)) or [None])[0]
+            for c in comparison.columns
+        ]
+        seed_rows.append(
+            {
+                "seed": seed,
+                "url": f"{seed_url.format(seed)}?batches={query}",
+                "episodes": [(e, episode_url.format(e) if e else "") for e in episodes],
+                "results": [per_seed[d.batch.id].get(seed) for d in comparison.differences],
+            }
+        )
+    context = {
+        "comparison": comparison,
+        "labels": labels,
+        "query": query,
+        "rate_rows": rate_rows,
+        "rates_svg": rates_svg,
+        "score_svg": score_svg,
+        "seed_rows": seed_rows,
+        "seeds_hidden": max(0, len(comparison.shared_seeds) - SEEDS_SHOWN),
+    }
+    return render(request, "evaluation/compare.html", context)
+
+
+@require_GET
+def compare_seed(request: HttpRequest, seed: int) -> HttpResponse:
+    """One seed's episodes of several batches next to each other, one step slider for all."""
+    try:
+        ids = selectors.parse_batch_ids(request.GET.getlist("batches"))
+        columns = selectors.seed_episodes(batch_ids=ids, seed=seed)
+    except selectors.ComparisonError as exc:
+        return render(request, "evaluation/compare_seed.html", {"error": str(exc), "seed": seed})
+    try:
+        step = max(0, int(request.GET.get("step", "0")))
+    except ValueError:
+        step = 0
+    longest = max((len(c.frames) for c in columns), default=0)
+    config = {
+        "step": min(step, max(longest - 1, 0)),
+        "frameUrl": reverse("rollouts:frame_image", args=["0" * 64]),
+        "viewerUrl": reverse("rollouts:episode_detail", args=[0]),
+        "columns": [
+            {
+                "episode": c.episode.id if c.episode else None,
+                "frames": c.frames,
+                "turnSteps": c.turn_steps,
+                "unlocked": c.episode.achievements if c.episode else {},
+            }
+            for c in columns
+        ],
+    }
+    return render(
+        request,
+        "evaluation/compare_seed.html",
+        {
+            "seed": seed,
+            "columns": [(c, _batch_label(c.batch)) for c in columns],
+            "config": config,
+            "longest": longest,
+            "query": ",".join(str(i) for i in ids),
+        },
+    )
+
+
+@require_GET
+def leaderboard(request: HttpRequest) -> HttpResponse:
+    rows = selectors.leaderboard_rows()
+    reference = selectors.reference_scores()
+    ranked, rank = [], 0
+    for row in rows:
+        # References sit where their score puts them, but only studio rows are ranked.
+        rank += not row.is_reference
+        ranked.append((None if row.is_reference else rank, row))
+    return render(
+        request,
+        "evaluation/leaderboard.html",
+        {
+            "rows": ranked,
+            "source": reference["source"],
+            "studio_rows": rank,
+        },
+    )

@@ -1,0 +1,333 @@
+"""Statistics of played episodes: intervals, bootstrap, paired comparison on shared seeds.
+
+Pure and Django-free. The Crafter score itself comes from `rollouts.scoring` (its one
+place); this module only feeds it resampled success rates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.scoring import crafter_score, crafter_scores, success_rates
+
+# 97.5th percentile of the standard normal: two-sided 95% intervals.
+Z95 = 1.959963984540054
+BOOTSTRAP_RESAMPLES = 1000
+# Fixed, so the same episodes always give the same interval (pages, CSV and CLI agree).
+BOOTSTRAP_SEED = 2109_06780
+# Resample rows built at once: bounds memory at ~16 MB whatever the number of episodes.
+_CHUNK_CELLS = 2_000_000
+FINISHED = "finished"
+FAILED = "failed"
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """What an evaluation needs of one episode. Only finished episodes enter the statistics;
+    the others are counted (failed, or not over yet), never silently left out."""
+
+    seed: int
+    status: str
+    achievements: frozenset[str] = frozenset()
+    reward: float = 0.0
+    steps: int = 0
+    episode_id: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+
+@dataclass(frozen=True)
+class Summary:
+    episodes: int
+    finished: int
+    failed: int
+    unfinished: int  # pending or running
+    success_rates: dict[str, float]  # percent
+    rate_intervals: dict[str, Interval]  # Wilson 95%, percent
+    crafter_score: float
+    score_interval: Interval  # bootstrap 95% over episodes
+    mean_unique: float
+    mean_unique_se: float
+    progression: float  # BALROG: percent of the 22 achievements, mean over episodes
+    progression_se: float
+    mean_reward: float
+    mean_reward_se: float
+    mean_steps: float
+    mean_steps_se: float
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    base_unique: float  # mean over the seed's samples
+    other_unique: float
+    winner: str  # "base", "other" or "tie"
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """`other` minus `base` on the seeds where both have a finished episode."""
+
+    paired_seeds: list[int]
+    # seed -> which side(s) had no finished episode on it ("base", "other" or "both")
+    unpaired_seeds: dict[int, str]
+    score: float
+    score_interval: Interval
+    success_rates: dict[str, float]  # percentage points
+    rate_intervals: dict[str, Interval]
+    per_seed: list[SeedResult] = field(default_factory=list)
+
+    @cached_property
+    def wins(self) -> dict[str, int]:
+        """On how many seeds each side unlocked more (or as many: "tie")."""
+        counts = {"base": 0, "other": 0, "tie": 0}
+        for result in self.per_seed:
+            counts[result.winner] += 1
+        return counts
+
+
+def wilson_interval(successes: int, trials: int, *, z: float = Z95) -> Interval:
+    """Wilson score interval of a binomial proportion, as fractions in [0, 1].
+
+    Unlike the normal approximation it stays inside [0, 1] and is not zero-width at 0 or n
+    successes, which is the common case for the hard achievements.
+    """
+    if trials <= 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes {successes} not within 0..{trials}")
+    p = successes / trials
+    z2 = z * z
+    denominator = 1 + z2 / trials
+    center = (p + z2 / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / denominator
+    return (max(0.0, center - half), min(1.0, center + half))
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample standard deviation / sqrt(n))."""
+    n = len(values)
+    if n == 0:
+        return (0.0, 0.0)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return (mean, 0.0)
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return (mean, math.sqrt(variance / n))
+
+
+def unlocked_matrix(achievement_sets: Iterable[Iterable[str]]) -> np.ndarray:
+    """Rows of 0/1 per achievement, in crafter's order."""
+    index = {name: i for i, name in enumerate(ACHIEVEMENTS)}
+    rows = []
+    for unlocked in achievement_sets:
+        row = np.zeros(len(ACHIEVEMENTS))
+        for name in unlocked:
+            if name in index:
+                row[index[name]] = 1.0
+        rows.append(row)
+    return np.array(rows).reshape(len(rows), len(ACHIEVEMENTS))
+
+
+def _score_of_rows(rates: np.ndarray) -> np.ndarray:
+    """The Crafter score of each row of percent rates, through the one formula."""
+    return crafter_scores(rates)
+
+
+def bootstrap(
+    units: int,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> np.ndarray:
+    """`statistic` of `resamples` resamples (with replacement) of `units` units.
+
+    `statistic` gets a (rows, units) matrix of weights, how many times each unit was drawn
+    in each resample, and returns one value per row. Resampling is done through weights so a
+    statistic of means is a matrix product, not a Python loop over episodes.
+    """
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_CELLS // max(units, 1))
+    values = []
+    done = 0
+    while done < resamples:
+        rows = min(chunk, resamples - done)
+        draws = rng.integers(0, units, size=(rows, units))
+        offsets = (np.arange(rows) * units)[:, None]
+        weights = np.bincount((draws + offsets).ravel(), minlength=rows * units)
+        values.append(statistic(weights.reshape(rows, units).astype(np.float64)))
+        done += rows
+    return np.concatenate(values)
+
+
+def percentile_interval(values: np.ndarray) -> Interval:
+    low, high = np.percentile(values, [2.5, 97.5])
+    return (float(low), float(high))
+
+
+def summarize(outcomes: Iterable[EpisodeOutcome]) -> Summary:
+    """One set of episodes: rates with Wilson intervals, score with a bootstrap interval."""
+    outcomes = list(outcomes)
+    finished = sorted(
+        (o for o in outcomes if o.finished), key=lambda o: (o.seed, o.episode_id or 0)
+    )
+    failed = sum(o.status == FAILED for o in outcomes)
+    n = len(finished)
+    rates = success_rates(o.achievements for o in finished)
+    matrix = unlocked_matrix(o.achievements for o in finished)
+    counts = matrix.sum(axis=0)
+    intervals = {}
+    for i, name in enumerate(ACHIEVEMENTS):
+        low, high = wilson_interval(int(counts[i]), n) if n else (0.0, 0.0)
+        intervals[name] = (100 * low, 100 * high)
+    score = crafter_score(rates)
+    if n:
+        resampled = bootstrap(n, lambda w: _score_of_rows(100 * (w @ matrix) / n))
+        score_interval = percentile_interval(resampled)
+    else:
+        score_interval = (0.0, 0.0)
+    unique = [float(len(set(o.achievements) & set(ACHIEVEMENTS))) for o in finished]
+    mean_unique, unique_se = mean_and_se(unique)
+    reward, reward_se = mean_and_se([o.reward for o in finished])
+    steps, steps_se = mean_and_se([float(o.steps) for o in finished])
+    share = 100 / len(ACHIEVEMENTS)
+    return Summary(
+        episodes=len(outcomes),
+        finished=n,
+        failed=failed,
+        unfinished=len(outcomes) - n - failed,
+        success_rates=rates,
+        rate_intervals=intervals,
+        crafter_score=score,
+        score_interval=score_interval,
+        mean_unique=mean_unique,
+        mean_unique_se=unique_se,
+        progression=mean_unique * share,
+        progression_se=unique_se * share,
+        mean_reward=reward,
+        mean_reward_se=reward_se,
+        mean_steps=steps,
+        mean_steps_se=steps_se,
+    )
+
+
+def _per_seed(outcomes: Iterable[EpisodeOutcome]) -> dict[int, np.ndarray]:
+    """Seed -> mean 0/1 row over the seed's finished episodes.
+
+    A seed may hold several samples (episodes of the same world); pairing is by seed, so a
+    seed counts once and its samples are averaged: an achievement unlocked in 2 of 4 samples
+    counts as 0.5 for that seed. With one sample per seed this is the plain 0/1 row.
+    """
+    finished = [o for o in outcomes if o.finished]
+    if not finished:
+        return {}
+    matrix = unlocked_matrix(o.achievements for o in finished)
+    seeds, index = np.unique([o.seed for o in finished], return_inverse=True)
+    sums = np.zeros((len(seeds), matrix.shape[1]))
+    np.add.at(sums, index, matrix)
+    means = sums / np.bincount(index)[:, None]
+    return {int(seed): means[i] for i, seed in enumerate(seeds)}
+
+
+def paired_comparison(
+    *, base: Iterable[EpisodeOutcome], other: Iterable[EpisodeOutcome]
+) -> PairedComparison:
+    """`other` against `base` on the same worlds, resampling seeds (a paired bootstrap).
+
+    Seeds that only one side played are not this function's business (the caller picks the
+    shared seeds); seeds both played where a side has no finished episode are returned in
+    `unpaired_seeds`, so a page can say which were left out and why.
+    """
+    base, other = list(base), list(other)
+    base_rows, other_rows = _per_seed(base), _per_seed(other)
+    played = {o.seed for o in base} | {o.seed for o in other}
+    seeds = sorted(set(base_rows) & set(other_rows))
+    unpaired = {}
+    for seed in sorted(played - set(seeds)):
+        sides = (("base", base_rows), ("other", other_rows))
+        missing = [side for side, rows in sides if seed not in rows]
+        unpaired[seed] = "both" if len(missing) == 2 else missing[0]
+    n = len(seeds)
+    names = list(ACHIEVEMENTS)
+    if not n:
+        zero = dict.fromkeys(names, 0.0)
+        return PairedComparison(
+            paired_seeds=[],
+            unpaired_seeds=unpaired,
+            score=0.0,
+            score_interval=(0.0, 0.0),
+            success_rates=zero,
+            rate_intervals=dict.fromkeys(names, (0.0, 0.0)),
+        )
+    a = np.array([base_rows[s] for s in seeds])
+    b = np.array([other_rows[s] for s in seeds])
+    rates_a = 100 * a.mean(axis=0)
+    rates_b = 100 * b.mean(axis=0)
+    score = crafter_score(dict(zip(names, rates_b, strict=True))) - crafter_score(
+        dict(zip(names, rates_a, strict=True))
+    )
+    rate_draws: list[np.ndarray] = []
+
+    def score_difference(weights: np.ndarray) -> np.ndarray:
+        # The same resampled seeds on both sides: that is what makes the bootstrap paired.
+        resampled_a = 100 * (weights @ a) / n
+        resampled_b = 100 * (weights @ b) / n
+        rate_draws.append(resampled_b - resampled_a)
+        return _score_of_rows(resampled_b) - _score_of_rows(resampled_a)
+
+    score_draws = bootstrap(n, score_difference)
+    rate_matrix = np.concatenate(rate_draws)
+    rate_low, rate_high = np.percentile(rate_matrix, [2.5, 97.5], axis=0)
+    base_unique = a.sum(axis=1)
+    other_unique = b.sum(axis=1)
+    per_seed = [
+        SeedResult(
+            seed=seed,
+            base_unique=float(x),
+            other_unique=float(y),
+            winner="other" if y > x else "base" if x > y else "tie",
+        )
+        for seed, x, y in zip(seeds, base_unique, other_unique, strict=True)
+    ]
+    return PairedComparison(
+        paired_seeds=seeds,
+        unpaired_seeds=unpaired,
+        score=float(score),
+        score_interval=percentile_interval(score_draws),
+        success_rates={name: float(d) for name, d in zip(names, rates_b - rates_a, strict=True)},
+        rate_intervals={
+            name: (float(lo), float(hi))
+            for name, lo, hi in zip(names, rate_low, rate_high, strict=True)
+        },
+        per_seed=per_seed,
+    )
+
+
+def held_out_seeds(*, used: Iterable[int], count: int, start: int = 0) -> list[int]:
+    """The `count` smallest seeds >= `start` that are not in `used`.
+
+    Deterministic, and the smallest seeds rather than a random draw: two fine-tunes of the
+    same data get the same held-out worlds, so one evaluation of the base model on them
+    serves every comparison.
+    """
+    if count < 0:
+        raise ValueError("count must be 0 or more")
+    taken = set(used)
+    seeds: list[int] = []
+    seed = start
+    while len(seeds) < count:
+        if seed not in taken:
+            seeds.append(seed)
+        seed += 1
+    return seeds

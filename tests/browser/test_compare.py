@@ -1,0 +1,89 @@
+"""Comparing two real batches in headless Debian Chromium: tick, compare, read, step a seed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from rollouts.models import Episode
+from rollouts.scoring import crafter_score
+from rollouts.tests.helpers import record_batch
+from tests.browser.test_episode_viewer import _log_in_at, _user
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = (
+    ROOT / "docs" / "screenshots"
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
+    else ROOT / "var" / "screenshots"
+)
+
+
+def test_it_compares_two_batches_ticked_in_the_batch_list(studio_page: Page, live_server):
+    scripted = record_batch(policy="scripted", seeds=(0, 1, 2), steps=80, name="scripted run")
+    rand = record_batch(policy="random", seeds=(1, 2, 3), steps=80, name="random run")
+    _user("analyst", editor=False)
+    page = studio_page
+    _log_in_at(page, live_server.url, "/rollouts/", "analyst")
+    page.check(f"#compare-{scripted.id}")
+    page.check(f"#compare-{rand.id}")
+    page.click("text=Compare selected")
+    expect(page.locator("#shared-seeds")).to_contain_text("2 shared seeds")
+
+    # The summary table's scores are those of the episodes, counted here from the database.
+    for row, batch in enumerate((scripted, rand)):
+        episodes = Episode.objects.filter(batch=batch, seed__in=(1, 2))
+        unlocked = [set(e.achievements) for e in episodes]
+        rates = {n: 50.0 * sum(n in u for u in unlocked) for s in unlocked for n in s}
+        cells = page.locator("#summary-table tbody tr").nth(row).locator("td")
+        expect(cells.nth(0)).to_have_text("2")  # episodes on the shared seeds
+        expect(cells.nth(1)).to_have_text("0")  # failed
+        expect(cells.nth(3)).to_have_text(f"{crafter_score(rates):.2f}%")
+    expect(page.locator("#summary-table tr.diff")).to_contain_text("2 paired seeds")
+    expect(page.locator("#rates-table tbody tr")).to_have_count(22)
+    expect(page.locator("svg.chart")).to_have_count(2)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "compare.png"), full_page=True)
+
+    # A seed's episodes side by side, stepped together with the keyboard.
+    page.click("#seed-table a:text-is('2')")
+    expect(page.locator("h1")).to_have_text("Seed 2 side by side")
+    frames = page.locator("img.seed-frame")
+    expect(frames).to_have_count(2)
+    scripted_episode = Episode.objects.get(batch=scripted, seed=2)
+    shas = list(scripted_episode.frames.order_by("step").values_list("sha256", flat=True))
+    expect(frames.nth(0)).to_have_attribute("src", f"/frames/{shas[0]}.png")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#step-value")).to_have_text("1")
+    expect(frames.nth(0)).to_have_attribute("src", f"/frames/{shas[1]}.png")
+    page.keyboard.press("End")
+    expect(page.locator("#step-value")).to_have_text(str(len(shas) - 1))
+    expect(frames.nth(0)).to_have_attribute("src", f"/frames/{shas[-1]}.png")
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator(".viewer-link").nth(0)).to_have_attribute(
+        "href", f"/episodes/{scripted_episode.id}/?turn=1"
+    )
+    page.screenshot(path=str(SCREENSHOTS / "compare-seed.png"), full_page=True)
+
+
+def test_the_comparison_fits_a_phone(studio_page: Page, live_server):
+    one = record_batch(policy="scripted", seeds=(0, 1), steps=30)
+    two = record_batch(policy="random", seeds=(0, 1), steps=30)
+    _user("phone", editor=False)
+    page = studio_page
+    page.set_viewport_size({"width": 360, "height": 740})
+    _log_in_at(page, live_server.url, "/leaderboard/", "phone")
+    page.goto(f"{live_server.url}/compare/?batches={one.id},{two.id}")
+    expect(page.locator("#shared-seeds")).to_contain_text("2 shared seeds")
+    # Wide tables scroll inside their card; the page itself does not scroll sideways.
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 360, width
+    page.goto(live_server.url + "/leaderboard/")
+    expect(page.locator("#leaderboard")).to_contain_text("Human experts")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    page.screenshot(path=str(SCREENSHOTS / "leaderboard-phone.png"), full_page=True)

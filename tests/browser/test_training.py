@@ -1,0 +1,125 @@
+# ruff: noqa: F811  (fixtures imported from other test modules are parameters here)
+"""Submitting a training job from /training/new/ in headless Chromium, to `succeeded`.
+
+A real worker (in a thread, real Redis) runs the submission against a local synth server;
+the beat task is sent every few hundred ms, as `celery beat` would, and the job page
+refreshes itself until the job has produced its model.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from playwright.sync_api import Page, expect
+
+from studio.models import Endpoint
+
+# The shared browser and provider fixtures, used here as they are.
+from tests.browser.test_episode_viewer import (  # noqa: F401
+    allow_orm_beside_event_loop,
+    chromium,
+    studio_page,
+)
+from training.models import TrainingJob
+from training.tasks import training_jobs_poll
+from training.tests.conftest import (  # noqa: F401
+    REFERENCE,
+    SYNTH_KEY,
+    fast_training,
+    synth_server,
+    train_version,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+ROOT = Path(__file__).resolve().parents[2]
+# Rewritten in docs/ only when asked (UPDATE_SCREENSHOTS=1), as the episode viewer's is.
+SCREENSHOT = (
+    ROOT / "docs" / "screenshots" / "training-job.png"
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
+    else ROOT / "var" / "screenshots" / "training-job.png"
+)
+
+
+@pytest.fixture
+def beat() -> threading.Event:
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.3):
+            training_jobs_poll.delay()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    yield stop
+    stop.set()
+    thread.join()
+
+
+def test_it_submits_from_the_page_and_follows_the_job_to_its_model(
+    studio_page: Page, live_server, celery_worker, synth_server, train_version, beat
+):
+    page = studio_page
+    Endpoint.objects.create(
+        name="synth-local",
+        kind="synth",
+        base_url=synth_server.base_url,
+        api_key_env="SYNTH_API_KEY",
+    )
+    user = User.objects.create_user("trainer", password="trainer-pass-123")
+    user.user_permissions.add(Permission.objects.get(codename="submit_job"))
+
+    page.goto(live_server.url + "/training/new/")
+    page.fill("#id_username", "trainer")
+    page.fill("#id_password", "trainer-pass-123")
+    page.click("main button[type=submit]")
+    expect(page).to_have_url(live_server.url + "/training/new/")
+    editor = page.locator("#id_config")
+    expect(editor).to_have_value(REFERENCE.read_text())
+    page.select_option("#id_dataset_version", str(train_version.id))
+
+    # A typo is shown beside its line as soon as it is typed.
+    page.fill("#id_config", REFERENCE.read_text().replace("learning_rate =", "learning_rte ="))
+    expect(page.locator("#toml-gutter .bad")).to_have_text("34")
+    expect(page.locator(".config-errors")).to_contain_text(
+        "learning_rte (line 34): unknown key; did you mean learning_rate?"
+    )
+    page.click(".goto-line")
+    page.fill("#id_config", REFERENCE.read_text())
+    expect(page.locator("#config-check")).to_contain_text("Config OK")
+    expect(page.locator("#toml-gutter .bad")).to_have_count(0)
+
+    page.click("button[value=preview]")
+    expect(page.locator("#config-check")).to_contain_text(
+        f"POST {synth_server.base_url}/learning/jobs"
+    )
+    assert synth_server.requests == []
+
+    page.click("button[value=submit]")
+    job = TrainingJob.objects.get()
+    expect(page).to_have_url(f"{live_server.url}/training/{job.id}/")
+    expect(page.locator("#job-status")).to_have_text("succeeded", timeout=60_000)
+    expect(page.locator("#fine-tuned-model")).to_have_text("ft:gpt-4o-mini:studio:crafter:abc123")
+    expect(page.locator("#timeline")).to_contain_text("Training finished")
+    expect(page.locator("svg.loss-chart polyline.train")).to_have_count(1)
+    expect(page.locator("svg.loss-chart polyline.val")).to_have_count(1)
+    page.click("button[data-copy]")
+    expect(page.locator("button[data-copy]")).to_have_text("Copied")
+    assert SYNTH_KEY not in page.content()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert {r["authorization"] for r in synth_server.requests} == {f"Bearer {SYNTH_KEY}"}
+    assert len(synth_server.jobs) == 1
+
+    page.goto(live_server.url + "/training/")
+    expect(page.locator(f"tr[data-job='{job.id}']")).to_contain_text("succeeded")
+    page.set_viewport_size({"width": 360, "height": 800})
+    page.goto(f"{live_server.url}/training/{job.id}/")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 380, f"the job page overflows a 360 px screen ({width} px)"
+    page.goto(live_server.url + "/training/new/")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 380, f"the new job page overflows a 360 px screen ({width} px)"

@@ -1,0 +1,154 @@
+"""`python manage.py submit_training`: a dataset version to a fine-tuning provider (SPEC 4, 7)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from datasets import services as dataset_services
+from datasets.models import Dataset
+from studio.commands import StudioCommand
+from training import selectors, services
+from training.config import ConfigError, config_load
+from training.models import TrainingJob
+from training.providers import PROVIDERS, ProviderError
+from training.submission import dataset_newest_version, submission_build
+from training.upload_files import DataRefused
+
+
+class Command(StudioCommand):
+    help = (
+        "Validate a training config and a dataset version, upload the version in the "
+        "provider's format, create and start the job. The last line is a JSON summary. "
+        "Exit 2 on bad input (one line per problem); with --wait, 1 unless it succeeded."
+    )
+
+    def add_arguments(self, parser) -> None:
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--dataset-version", type=int, metavar="N")
+        source.add_argument(
+            "--dataset",
+            type=int,
+            metavar="N",
+            help="its newest finished version (exported now if it has none)",
+        )
+        parser.add_argument("--validation-version", type=int, metavar="M")
+        parser.add_argument("--config", required=True, metavar="FILE.toml")
+        parser.add_argument("--provider", choices=PROVIDERS, default="synth")
+        parser.add_argument(
+            "--base-url",
+            default="",
+            help="default: SYNTH_BACKEND_URL (synth) or OPENAI_BASE_URL (openai); the key "
+            "comes from SYNTH_API_KEY / OPENAI_API_KEY",
+        )
+        parser.add_argument("--model", default="", help="overrides [job] model")
+        parser.add_argument("--dry-run", action="store_true", help="print the requests only")
+        parser.add_argument("--wait", action="store_true", help="follow the job to its end")
+
+    def _refuse(self, lines: list[str]) -> None:
+        for line in lines:
+            self.stderr.write(f"submit_training: error: {line}")
+        sys.exit(2)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path = Path(options["config"])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self._refuse([f"config: cannot read {str(path)!r} ({exc.__class__.__name__})"])
+        version_id = options["dataset_version"]
+        if options["dataset"] is not None:
+            version_id = self._dataset_version(options["dataset"], text)
+        try:
+            submission = submission_build(
+                config_text=text,
+                provider=options["provider"],
+                version_id=version_id,
+                validation_version_id=options["validation_version"],
+                base_url=options["base_url"],
+                model=options["model"],
+            )
+        except services.SubmissionError as exc:
+            self._refuse(exc.lines)
+        if options["dry_run"]:
+            try:
+                plans = services.training_job_plan(submission=submission, build_files=True)
+            except DataRefused as exc:
+                self._refuse(exc.lines)
+            for plan in plans:
+                note = f"  # {plan.note}" if plan.note else ""
+                self.stdout.write(f"{plan.method} {plan.url}{note}")
+                self.stdout.write(json.dumps(plan.body, indent=2))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "job_id": None,
+                        "status": "dry_run",
+                        "provider": submission.provider,
+                        "remote_job_id": None,
+                        "fine_tuned_model": None,
+                        "events": 0,
+                        "requests": [p.to_json() for p in plans],
+                    }
+                )
+            )
+            return
+        job = services.training_job_create(submission=submission)
+        if options["wait"]:
+            job = self._follow(job)
+        self.stdout.write(json.dumps(selectors.job_summary(job)))
+        if options["wait"] and job.status != TrainingJob.Status.SUCCEEDED:
+            sys.exit(1)
+
+    def _dataset_version(self, dataset_id: int, text: str) -> int:
+        dataset = Dataset.objects.filter(id=dataset_id).first()
+        if dataset is None:
+            self._refuse([f"dataset: no dataset {dataset_id}"])
+        version = dataset_newest_version(dataset_id)
+        if version is not None:
+            return version.id
+        # Check the config before exporting: a typo must not cost an export.
+        try:
+            config_load(text)
+        except ConfigError as exc:
+            self._refuse(exc.lines())
+        self.stderr.write(f"Dataset {dataset_id} has no finished version: exporting one")
+        version = dataset_services.dataset_version_create(dataset=dataset, enqueue=False)
+        outcome = dataset_services.dataset_version_export(version_id=version.id)
+        version.refresh_from_db()
+        if outcome != "done":
+            self.stderr.write(f"submit_training: error: export failed: {version.error}")
+            sys.exit(1)
+        return version.id
+
+    def _follow(self, job: TrainingJob) -> TrainingJob:
+        """Print events as they arrive; ask the provider ourselves (no beat needed)."""
+        seen: set[int] = set()
+        last_poll = 0.0
+        status = ""
+        while True:
+            job.refresh_from_db()
+            if job.status != status:
+                status = job.status
+                self.stderr.write(f"[job {job.id}] {status}")
+            for event in job.events.exclude(id__in=seen).order_by("time", "id"):
+                seen.add(event.id)
+                self.stderr.write(f"  {event.time:%H:%M:%S} {event.level:7} {event.message}")
+            if job.status in TrainingJob.TERMINAL:
+                if job.error:
+                    self.stderr.write(f"error: {job.error}")
+                return job
+            interval = settings.STUDIO_TRAINING_POLL_SECONDS
+            if job.remote_job_id and job.submitted_at and time.monotonic() - last_poll >= interval:
+                last_poll = time.monotonic()
+                try:
+                    services.training_job_poll(job_id=job.id)
+                except ProviderError as exc:
+                    self.stderr.write(f"poll: {exc}")
+                continue
+            time.sleep(min(1.0, interval))

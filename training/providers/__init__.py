@@ -1,0 +1,22 @@
+"""Training providers behind one interface (`base.Provider`); one module each."""
+
+from __future__ import annotations
+
+from training.providers.base import Provider, ProviderError
+
+PROVIDERS = ("synth", "openai")
+
+
+def provider_for(*, name: str, base_url: str, api_key: str) -> Provider:
+    if name == "synth":
+        from training.providers.synth import SynthProvider
+
+        return SynthProvider(base_url=base_url, api_key=api_key)
+    if name == "openai":
+        from training.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(base_url=base_url, api_key=api_key)
+    raise ProviderError(f"provider: {name!r} is not one of {', '.join(PROVIDERS)}")
+
+
+__all__ = ["PROVIDERS", "Provider", "ProviderError", "provider_for"]

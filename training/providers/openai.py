@@ -1,0 +1,274 @@
+"""The `openai` provider: OpenAI, Azure OpenAI or any compatible server, via the `openai` package.
+
+`files.create` streams the file, `fine_tuning.jobs.create` uses the supervised method with
+hyperparameters mapped from the TOML (only the keys OpenAI has; the others are listed in the
+dry run as not sent), then `retrieve`, `list_events` and `cancel`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import openai
+from django.conf import settings
+
+from training.providers.base import (
+    JobSpec,
+    PlannedRequest,
+    ProviderError,
+    RemoteEvent,
+    RemoteState,
+    UploadFile,
+    clean_data,
+    clean_number,
+    clean_step,
+    clean_text,
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+STATUS_MAP = {
+    "validating_files": "submitted",
+    "queued": "submitted",
+    "running": "running",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "cancelled": "canceled",
+    "canceled": "canceled",
+}
+# TOML keys that have no counterpart in OpenAI's supervised fine-tuning.
+NOT_SENT = {
+    "job": ("modalities", "description"),
+    "compute": ("gpu_type", "gpu_count", "nodes"),
+    "training": ("use_qlora",),
+    "data": ("topology",),
+    "hyperparameters": (
+        "train_kind",
+        "sequence_length",
+        "learning_rate",
+        "warmup_ratio",
+        "weight_decay",
+    ),
+}
+
+
+def openai_model(model: str) -> str:
+    """synth-ai writes `openai/gpt-4o-mini-...`; OpenAI's own id has no provider prefix."""
+    return model.removeprefix("openai/")
+
+
+def create_params(spec: JobSpec) -> dict[str, Any]:
+    """The keyword arguments of `fine_tuning.jobs.create`, which are also its JSON body."""
+    config = spec.config
+    hp = config.sections.get("hyperparameters", {})
+    hyperparameters: dict[str, Any] = {"n_epochs": int(hp["n_epochs"])}
+    if "batch_size" in hp:
+        hyperparameters["batch_size"] = int(hp["batch_size"])
+    elif "per_device_batch" in hp or "gradient_accumulation_steps" in hp:
+        # The reference's global batch: per device x accumulation x GPUs x nodes.
+        compute = config.sections.get("compute", {})
+        hyperparameters["batch_size"] = (
+            int(hp.get("per_device_batch", 1))
+            * int(hp.get("gradient_accumulation_steps", 1))
+            * int(compute.get("gpu_count", 1))
+            * int(compute.get("nodes", 1))
+        )
+    if "learning_rate_multiplier" in hp:
+        hyperparameters["learning_rate_multiplier"] = float(hp["learning_rate_multiplier"])
+    params: dict[str, Any] = {
+        "model": openai_model(spec.model),
+        "training_file": spec.training_file_id,
+        "method": {"type": "supervised", "supervised": {"hyperparameters": hyperparameters}},
+    }
+    if spec.validation_file_id:
+        params["validation_file"] = spec.validation_file_id
+    if config.get("job", "suffix"):
+        params["suffix"] = config.get("job", "suffix")
+    if config.get("job", "seed") is not None:
+        params["seed"] = int(config.get("job", "seed"))
+    if spec.metadata:
+        params["metadata"] = dict(spec.metadata)
+    return params
+
+
+def not_sent(spec: JobSpec) -> list[str]:
+    present = []
+    for section, keys in NOT_SENT.items():
+        for key in keys:
+            if key in spec.config.sections.get(section, {}):
+                present.append(f"[{section}] {key}")
+    for section in ("training.validation", "hyperparameters.parallelism"):
+        if section in spec.config.sections:
+            present.append(f"[{section}]")
+    return present
+
+
+def _error(exc: Exception, what: str) -> ProviderError:
+    if isinstance(exc, openai.APIStatusError):
+        retryable = exc.status_code == 429 or exc.status_code >= 500
+        message = clean_text(getattr(exc, "message", "") or str(exc), limit=300)
+        return ProviderError(
+            f"openai: {what} answered {exc.status_code}: {message}",
+            retryable=retryable,
+            status=exc.status_code,
+        )
+    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+        return ProviderError(f"openai: {what} failed: {clean_text(exc, limit=200)}", retryable=True)
+    return ProviderError(f"openai: {what} failed: {clean_text(exc, limit=300)}")
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(self, *, base_url: str, api_key: str, max_retries: int | None = None) -> None:
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        retries = settings.STUDIO_TRAINING_MAX_RETRIES if max_retries is None else max_retries
+        self._client = openai.OpenAI(
+            # Local compatible servers take any key; the client insists on one.
+            api_key=api_key or "not-needed",
+            base_url=self.base_url,
+            max_retries=retries,
+            timeout=600.0,
+        )
+
+    def plan(
+        self, *, spec: JobSpec, training: UploadFile | None, validation: UploadFile | None
+    ) -> list[PlannedRequest]:
+        plans = []
+        for file in (training, validation):
+            if file is None:
+                continue
+            plans.append(
+                PlannedRequest(
+                    "POST",
+                    f"{self.base_url}/files",
+                    {
+                        "purpose": "fine-tune",
+                        "file": file.describe(),
+                    },
+                    note=f"files.create, multipart/form-data, {file.rows} rows in --format openai",
+                )
+            )
+        skipped = not_sent(spec)
+        skipped_note = f"; not sent (OpenAI has no such setting): {', '.join(skipped)}"
+        plans.append(
+            PlannedRequest(
+                "POST",
+                f"{self.base_url}/fine_tuning/jobs",
+                create_params(spec),
+                note="fine_tuning.jobs.create" + (skipped_note if skipped else ""),
+            )
+        )
+        return plans
+
+    def upload(self, *, file: UploadFile, idempotency_key: str) -> str:
+        try:
+            with file.open() as fh:
+                # A file object is streamed by the client (and rewound on a retry).
+                answer = self._client.files.create(
+                    file=(file.name, fh, "application/jsonl"),
+                    purpose="fine-tune",
+                    extra_headers={"Idempotency-Key": idempotency_key},
+                )
+        except openai.OpenAIError as exc:
+            raise _error(exc, "files.create") from exc
+        return clean_text(answer.id, limit=200)
+
+    def create_job(self, *, spec: JobSpec, idempotency_key: str) -> str:
+        try:
+            job = self._client.fine_tuning.jobs.create(
+                **create_params(spec), extra_headers={"Idempotency-Key": idempotency_key}
+            )
+        except openai.OpenAIError as exc:
+            raise _error(exc, "fine_tuning.jobs.create") from exc
+        return clean_text(job.id, limit=200)
+
+    def find_job(self, *, idempotency_key: str) -> str:
+        """A job this submission already created (its metadata carries the key), or ""."""
+        try:
+            page = self._client.fine_tuning.jobs.list(
+                limit=100, metadata={"studio_submission": idempotency_key}
+            )
+            for job in page.data:
+                if (job.metadata or {}).get("studio_submission") == idempotency_key:
+                    return clean_text(job.id, limit=200)
+        except openai.OpenAIError as exc:
+            raise _error(exc, "fine_tuning.jobs.list") from exc
+        return ""
+
+    def start_job(self, *, remote_job_id: str) -> None:
+        return None  # OpenAI starts a job when it is created
+
+    def state(self, *, remote_job_id: str) -> RemoteState:
+        try:
+            job = self._client.fine_tuning.jobs.retrieve(remote_job_id)
+        except openai.OpenAIError as exc:
+            raise _error(exc, "fine_tuning.jobs.retrieve") from exc
+        remote = clean_text(job.status, limit=40).lower()
+        error = ""
+        if job.error is not None and (job.error.message or job.error.code):
+            error = clean_text(
+                f"{job.error.code or 'error'}: {job.error.message or ''}"
+                + (f" (param {job.error.param})" if job.error.param else "")
+            )
+        tokens = job.trained_tokens if isinstance(job.trained_tokens, int) else None
+        if tokens is not None and not 0 <= tokens < 2**53:
+            tokens = None
+        return RemoteState(
+            status=STATUS_MAP.get(remote, "running"),
+            remote_status=remote,
+            fine_tuned_model=clean_text(job.fine_tuned_model, limit=300),
+            trained_tokens=tokens,
+            error=error,
+        )
+
+    def events(self, *, remote_job_id: str, cursor: str) -> tuple[list[RemoteEvent], str]:
+        """Events newer than `cursor` (an event id), read newest first until the cursor."""
+        found: list[RemoteEvent] = []
+        try:
+            page = self._client.fine_tuning.jobs.list_events(remote_job_id, limit=100)
+            done = False
+            while not done:
+                for event in page.data:
+                    if event.id == cursor:
+                        done = True
+                        break
+                    found.append(_event(event))
+                if done or not page.has_next_page() or len(found) >= 5000:
+                    break
+                page = page.get_next_page()
+        except openai.OpenAIError as exc:
+            raise _error(exc, "fine_tuning.jobs.list_events") from exc
+        found.reverse()
+        return found, (found[-1].remote_id if found else cursor)
+
+    def metrics(self, *, remote_job_id: str, after_step: int) -> tuple[list[RemoteEvent], int]:
+        return [], after_step  # OpenAI reports its metrics as events of type "metrics"
+
+    def cancel(self, *, remote_job_id: str) -> None:
+        try:
+            self._client.fine_tuning.jobs.cancel(remote_job_id)
+        except openai.OpenAIError as exc:
+            raise _error(exc, "fine_tuning.jobs.cancel") from exc
+
+
+def _event(event: Any) -> RemoteEvent:
+    data = event.data if isinstance(getattr(event, "data", None), dict) else {}
+    data = clean_data(data) or {}
+    level = clean_text(event.level, limit=20).lower()
+    if level == "warn":
+        level = "warning"
+    if level not in ("info", "warning", "error"):
+        level = "info"
+    created = event.created_at if isinstance(event.created_at, int) else 0
+    return RemoteEvent(
+        remote_id=clean_text(event.id, limit=200),
+        time=dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else dt.datetime.now(dt.UTC),
+        level=level,
+        type=clean_text(getattr(event, "type", "") or "", limit=100),
+        message=clean_text(event.message),
+        step=clean_step(data.get("step")),
+        train_loss=clean_number(data.get("train_loss")),
+        validation_loss=clean_number(data.get("valid_loss", data.get("full_valid_loss"))),
+        data=data,
+    )

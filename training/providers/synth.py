@@ -1,0 +1,374 @@
+"""The `synth` provider: synth-ai 0.2.10's learning API (SPEC section 7), over plain HTTP.
+
+Requests as `run_fft_and_save.py` sends them, events and metrics as synth-ai's own
+`JobHandle` reads them (`events?since_seq=N`, `metrics?after_step=N`). The file goes up as a
+streamed multipart body (the version's file can be hundreds of MB; it is never read whole).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+
+from training.providers.base import (
+    JobSpec,
+    PlannedRequest,
+    ProviderError,
+    RemoteEvent,
+    RemoteState,
+    UploadFile,
+    clean_data,
+    clean_number,
+    clean_step,
+    clean_text,
+)
+
+CHUNK = 1 << 20
+TIMEOUT = 120.0
+# run_fft_and_save.py forwards these hyperparameters as they are; the studio adds
+# weight_decay, which that script dropped without a word.
+HYPERPARAMETER_KEYS = (
+    "batch_size",
+    "per_device_batch",
+    "gradient_accumulation_steps",
+    "sequence_length",
+    "learning_rate",
+    "warmup_ratio",
+    "weight_decay",
+    "train_kind",
+)
+SUCCESS_EVENTS = {"sft.completed", "sft.workflow.completed", "workflow.completed"}
+FAILURE_EVENTS = {"sft.failed", "sft.workflow.failed", "workflow.failed"}
+STATUS_MAP = {
+    "queued": "submitted",
+    "pending": "submitted",
+    "created": "submitted",
+    "validating_files": "submitted",
+    "running": "running",
+    "in_progress": "running",
+    "training": "running",
+    "succeeded": "succeeded",
+    "completed": "succeeded",
+    "failed": "failed",
+    "error": "failed",
+    "canceled": "canceled",
+    "cancelled": "canceled",
+}
+
+
+def job_body(spec: JobSpec) -> dict[str, Any]:
+    """`POST {base}/learning/jobs`: the TOML mapped as synth-ai's run_fft_and_save.py does."""
+    config = spec.config
+    hp = config.sections.get("hyperparameters", {})
+    hyperparameters: dict[str, Any] = {"n_epochs": int(hp.get("n_epochs") or 1)}
+    for key in HYPERPARAMETER_KEYS:
+        if key in hp:
+            hyperparameters[key] = hp[key]
+    parallelism = config.sections.get("hyperparameters.parallelism")
+    if parallelism:
+        hyperparameters["parallelism"] = dict(parallelism)
+    training = config.sections.get("training", {})
+    effective: dict[str, Any] = {
+        "compute": dict(config.sections.get("compute", {})),
+        "data": {"topology": dict(config.get("data", "topology") or {})},
+        "training": {k: v for k, v in training.items() if k in ("mode", "use_qlora")},
+    }
+    validation = config.sections.get("training.validation")
+    if validation is not None:
+        # The backend maps metric_for_best_model 'val.loss' to its own eval_loss.
+        hyperparameters.update(
+            {
+                "evaluation_strategy": validation.get("evaluation_strategy", "steps"),
+                "eval_steps": int(validation.get("eval_steps", 0) or 0),
+                "save_best_model_at_end": bool(validation.get("save_best_model_at_end", True)),
+                "metric_for_best_model": validation.get("metric_for_best_model", "val.loss"),
+                "greater_is_better": bool(validation.get("greater_is_better", False)),
+            }
+        )
+        effective["training"]["validation"] = {"enabled": bool(validation.get("enabled", True))}
+    if spec.validation_file_id:
+        effective["data"]["validation_files"] = [spec.validation_file_id]
+    metadata: dict[str, Any] = {"effective_config": effective, **spec.metadata}
+    if config.get("job", "description"):
+        metadata["description"] = config.get("job", "description")
+    return {
+        "model": spec.model,
+        "training_file_id": spec.training_file_id,
+        "training_type": training.get("mode", "sft_offline"),
+        "hyperparameters": hyperparameters,
+        "metadata": metadata,
+    }
+
+
+class SynthProvider:
+    name = "synth"
+
+    def __init__(self, *, base_url: str, api_key: str, max_retries: int | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.max_retries = (
+            settings.STUDIO_TRAINING_MAX_RETRIES if max_retries is None else max_retries
+        )
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", **(extra or {})}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        stream: Any = None,
+        length: int | None = None,
+    ) -> Any:
+        """One request with retries for 429, 5xx and network errors; JSON back."""
+        attempt = 0
+        while True:
+            if stream is not None:
+                data: Any = stream()
+            elif body is not None:
+                data = json.dumps(body).encode("utf-8")
+            else:
+                data = None
+            hdrs = self._headers(headers)
+            if body is not None and stream is None:
+                hdrs["Content-Type"] = "application/json"
+            if length is not None:
+                hdrs["Content-Length"] = str(length)
+            url = self._url(path)
+            request = urllib.request.Request(url, data=data, method=method, headers=hdrs)
+            try:
+                with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+                    raw = response.read(16 * 1024 * 1024)
+                return json.loads(raw) if raw.strip() else {}
+            except urllib.error.HTTPError as exc:
+                detail = clean_text(exc.read(2000).decode("utf-8", "replace"), limit=300)
+                retryable = exc.code == 429 or exc.code >= 500
+                error = ProviderError(
+                    f"synth: {method} {path} answered {exc.code}: {detail}",
+                    retryable=retryable,
+                    status=exc.code,
+                )
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                error = ProviderError(
+                    f"synth: {method} {path} failed: {clean_text(reason, limit=200)}",
+                    retryable=True,
+                )
+            except ValueError as exc:
+                raise ProviderError(f"synth: {method} {path} answered non-JSON: {exc}") from exc
+            if not error.retryable or attempt >= self.max_retries:
+                raise error
+            attempt += 1
+            delay = min(
+                settings.STUDIO_OPENAI_BACKOFF_MAX,
+                settings.STUDIO_OPENAI_BACKOFF_BASE * 2 ** (attempt - 1),
+            )
+            time.sleep(delay * (0.5 + random.random() / 2))
+
+    # -- the protocol --------------------------------------------------------------------
+
+    def plan(
+        self, *, spec: JobSpec, training: UploadFile | None, validation: UploadFile | None
+    ) -> list[PlannedRequest]:
+        plans = []
+        for file in (training, validation):
+            if file is None:
+                continue
+            plans.append(
+                PlannedRequest(
+                    "POST",
+                    self._url("learning/files"),
+                    {
+                        "purpose": "fine-tune",
+                        "file": file.describe(),
+                    },
+                    note=f"multipart/form-data, {file.rows} rows in --format synth",
+                )
+            )
+        skipped = [f"[job] {key}" for key in ("modalities",) if spec.config.get("job", key)]
+        note = (
+            f"not sent (run_fft_and_save.py has no field): {', '.join(skipped)}" if skipped else ""
+        )
+        plans.append(PlannedRequest("POST", self._url("learning/jobs"), job_body(spec), note=note))
+        plans.append(PlannedRequest("POST", self._url("learning/jobs/{id}/start"), {}))
+        return plans
+
+    def upload(self, *, file: UploadFile, idempotency_key: str) -> str:
+        boundary = uuid.uuid4().hex
+        head = (
+            f"--{boundary}\r\n"
+            'Content-Disposition: form-data; name="purpose"\r\n\r\n'
+            "fine-tune\r\n"
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="file"; filename="{file.name}"\r\n'
+            "Content-Type: application/jsonl\r\n\r\n"
+        ).encode()
+        tail = f"\r\n--{boundary}--\r\n".encode()
+
+        def body() -> Iterator[bytes]:
+            yield head
+            with file.open() as fh:
+                while chunk := fh.read(CHUNK):
+                    yield chunk
+            yield tail
+
+        answer = self._call(
+            "POST",
+            "learning/files",
+            stream=body,
+            length=len(head) + file.bytes + len(tail),
+            headers={
+                "Content-Type": f"multipart/form-data; boundary={boundary}",
+                "Idempotency-Key": idempotency_key,
+            },
+        )
+        file_id = answer.get("id") if isinstance(answer, dict) else None
+        if not isinstance(file_id, str) or not file_id:
+            raise ProviderError(f"synth: upload answered without an id: {str(answer)[:200]}")
+        return clean_text(file_id, limit=200)
+
+    def create_job(self, *, spec: JobSpec, idempotency_key: str) -> str:
+        answer = self._call(
+            "POST",
+            "learning/jobs",
+            body=job_body(spec),
+            headers={"Idempotency-Key": idempotency_key},
+        )
+        job_id = (answer.get("job_id") or answer.get("id")) if isinstance(answer, dict) else None
+        if not isinstance(job_id, str) or not job_id:
+            raise ProviderError(f"synth: create job answered without an id: {str(answer)[:200]}")
+        return clean_text(job_id, limit=200)
+
+    def start_job(self, *, remote_job_id: str) -> None:
+        self._call("POST", f"learning/jobs/{_q(remote_job_id)}/start", body={})
+
+    def state(self, *, remote_job_id: str) -> RemoteState:
+        answer = self._call("GET", f"learning/jobs/{_q(remote_job_id)}")
+        answer = answer if isinstance(answer, dict) else {}
+        remote = clean_text(answer.get("status"), limit=40).lower()
+        error = answer.get("error")
+        if isinstance(error, dict):
+            error = error.get("message") or json.dumps(error)[:2000]
+        tokens = answer.get("trained_tokens")
+        return RemoteState(
+            status=STATUS_MAP.get(remote, "running" if remote else "submitted"),
+            remote_status=remote,
+            fine_tuned_model=clean_text(answer.get("fine_tuned_model"), limit=300),
+            trained_tokens=tokens
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**53
+            else None,
+            error=clean_text(error),
+        )
+
+    def events(self, *, remote_job_id: str, cursor: str) -> tuple[list[RemoteEvent], str]:
+        since = int(cursor) if cursor.isdigit() else 0
+        answer = self._call(
+            "GET", f"learning/jobs/{_q(remote_job_id)}/events?since_seq={since}&limit=200"
+        )
+        raw = answer.get("events") if isinstance(answer, dict) else None
+        events = []
+        for item in raw if isinstance(raw, list) else []:
+            if not isinstance(item, dict):
+                continue
+            seq = clean_step(item.get("seq"))
+            if seq is None or seq <= since:
+                continue
+            kind = clean_text(item.get("type"), limit=100)
+            data = clean_data(item.get("data")) if isinstance(item.get("data"), dict) else {}
+            level = clean_text(item.get("level"), limit=20).lower()
+            if level not in ("info", "warning", "error"):
+                level = "error" if kind in FAILURE_EVENTS else "info"
+            events.append(
+                RemoteEvent(
+                    remote_id=f"seq:{seq}",
+                    time=_time(item.get("created_at")),
+                    level=level,
+                    type=kind,
+                    message=clean_text(item.get("message")),
+                    step=clean_step(data.get("step")),
+                    train_loss=clean_number(data.get("train_loss", data.get("loss"))),
+                    validation_loss=clean_number(data.get("val_loss", data.get("eval_loss"))),
+                    data=data,
+                )
+            )
+            since = max(since, seq)
+        return events, str(since)
+
+    def metrics(self, *, remote_job_id: str, after_step: int) -> tuple[list[RemoteEvent], int]:
+        answer = self._call(
+            "GET", f"learning/jobs/{_q(remote_job_id)}/metrics?after_step={after_step}&limit=500"
+        )
+        raw = answer.get("points") if isinstance(answer, dict) else None
+        points = []
+        newest = after_step
+        for item in raw if isinstance(raw, list) else []:
+            if not isinstance(item, dict):
+                continue
+            step = clean_step(item.get("step"))
+            value = clean_number(item.get("value"))
+            name = clean_text(item.get("name"), limit=60)
+            if step is None or value is None or not name or step <= after_step:
+                continue
+            validation = "val" in name or "eval" in name
+            points.append(
+                RemoteEvent(
+                    remote_id=f"metric:{name}:{step}",
+                    time=_time(item.get("created_at")),
+                    type="metric",
+                    message=f"{name} = {value:.6g} at step {step}",
+                    step=step,
+                    train_loss=None if validation else value,
+                    validation_loss=value if validation else None,
+                    data={"name": name, "value": value},
+                )
+            )
+            newest = max(newest, step)
+        return points, newest
+
+    def cancel(self, *, remote_job_id: str) -> None:
+        self._call("POST", f"learning/jobs/{_q(remote_job_id)}/cancel", body={})
+
+
+def terminal_event_status(event: RemoteEvent) -> str | None:
+    if event.type in SUCCESS_EVENTS:
+        return "succeeded"
+    if event.type in FAILURE_EVENTS:
+        return "failed"
+    return None
+
+
+def _q(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _time(value: Any) -> dt.datetime:
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+        except ValueError:
+            pass
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 2**33:
+        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+    return dt.datetime.now(tz=dt.UTC)

@@ -1,0 +1,131 @@
+"""What every training service shares: the submission value, keys, notes, failures."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+from django.utils import timezone
+
+from datasets.models import DatasetVersion
+from studio.endpoints import endpoint_api_key, endpoint_get
+from studio.models import Endpoint
+from training.config import TrainingConfig
+from training.models import TrainingEvent, TrainingJob
+from training.providers import Provider, ProviderError, provider_for
+from training.providers.base import JobSpec
+
+logger = logging.getLogger(__name__)
+
+SubmitOutcome = Literal["submitted", "busy", "done_already", "failed", "retry", "canceled"]
+# Where the CLI's key comes from, per provider (the browser uses the endpoint's variable).
+KEY_ENV = {"synth": "SYNTH_API_KEY", "openai": "OPENAI_API_KEY"}
+ERROR_CHARS = 20000
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Everything a job is created from, checked: what the CLI and the form both build."""
+
+    version: DatasetVersion
+    validation_version: DatasetVersion | None
+    config: TrainingConfig
+    config_text: str
+    provider: str
+    base_url: str
+    api_key_env: str
+    endpoint_name: str
+    model: str
+
+    def spec(self, *, training_file_id: str = "", validation_file_id: str = "") -> JobSpec:
+        return JobSpec(
+            config=self.config,
+            model=self.model,
+            training_file_id=training_file_id or "{training_file_id}",
+            validation_file_id=validation_file_id
+            or ("{validation_file_id}" if self.validation_version else ""),
+            metadata=job_metadata(job_id="{job_id}", idempotency_key="{idempotency_key}"),
+        )
+
+
+def job_metadata(*, job_id: str, idempotency_key: str) -> dict[str, str]:
+    """Sent with the remote job: which studio job it is, and the key to find it again."""
+    return {"studio_job": job_id, "studio_submission": idempotency_key}
+
+
+class SubmissionError(ValueError):
+    """A submission that cannot be made; `lines` are its one-line errors."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+# -- where a job's requests go, and with which key ----------------------------------------
+
+
+def endpoint_target(*, name: str, provider: str) -> tuple[str, str]:
+    """(base URL, key variable) of an admin-named endpoint of this provider's kind."""
+    endpoint = endpoint_get(name=name, kind=provider)
+    return endpoint.base_url, endpoint.api_key_env
+
+
+def _api_key(job: TrainingJob) -> str:
+    """The key for this job's base URL, from the environment; "" when none is configured.
+
+    A browser job names its endpoint: the key is that endpoint's, and only while the endpoint
+    still points where the job does (an admin who moves it does not send the key elsewhere).
+    """
+    if job.endpoint_name:
+        endpoint = Endpoint.objects.filter(name=job.endpoint_name, kind=job.provider).first()
+        if endpoint is None or endpoint.base_url.rstrip("/") != job.base_url.rstrip("/"):
+            raise ProviderError(
+                f"endpoint {job.endpoint_name!r} is gone or now points elsewhere; "
+                "its key is not sent to the job's old URL"
+            )
+        return endpoint_api_key(endpoint)
+    if job.api_key_env not in KEY_ENV.values():
+        return ""
+    return os.environ.get(job.api_key_env, "")
+
+
+def _provider(job: TrainingJob) -> Provider:
+    return provider_for(name=job.provider, base_url=job.base_url, api_key=_api_key(job))
+
+
+# -- notes ------------------------------------------------------------------------------------
+
+
+def _note(job: TrainingJob, kind: str, message: str, *, level: str = "info") -> None:
+    """An event the studio itself records, beside the provider's (its id cannot clash)."""
+    TrainingEvent.objects.create(
+        job_id=job.id,
+        remote_id=f"studio:{uuid.uuid4().hex}",
+        time=timezone.now(),
+        level=level,
+        type=f"studio.{kind}",
+        message=message[:4000],
+    )
+
+
+def _fail(job: TrainingJob, error: str, token: str | None = None) -> None:
+    logger.warning("training job %s failed: %s", job.id, error.splitlines()[0][:200])
+    query = TrainingJob.objects.filter(id=job.id)
+    if token is not None:
+        query = query.filter(claim_token=token)
+    query.update(
+        status=TrainingJob.Status.FAILED,
+        error=error[:ERROR_CHARS],
+        claim_token="",
+        finished_at=timezone.now(),
+    )
+    _note(job, "failed", error.splitlines()[0][:500], level=TrainingEvent.Level.ERROR)
+
+
+def _finish(job: TrainingJob, *, status: str, error: str) -> None:
+    TrainingJob.objects.filter(id=job.id).exclude(status__in=TrainingJob.TERMINAL).update(
+        status=status, error=error[:ERROR_CHARS], claim_token="", finished_at=timezone.now()
+    )

@@ -1,0 +1,139 @@
+"""Building a checked `Submission` from what the CLI or the form gives: one path for both.
+
+Nothing is written here (except, for `--dataset` with no finished version, the export that
+the issue asks for): a bad version, a config error or an unknown endpoint is a
+SubmissionError with one line per problem, each config error naming its key and line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from datasets.models import Dataset, DatasetVersion
+from studio.endpoints import EndpointError
+from training.config import ConfigError, config_load
+from training.providers import PROVIDERS
+from training.providers.openai import DEFAULT_BASE_URL
+from training.services import KEY_ENV, Submission, SubmissionError, endpoint_target
+
+
+def version_done(version_id: int, *, what: str = "dataset version") -> DatasetVersion:
+    version = DatasetVersion.objects.select_related("dataset").filter(id=version_id).first()
+    if version is None:
+        raise SubmissionError([f"{what}: no dataset version {version_id}"])
+    if version.status != DatasetVersion.Status.DONE:
+        raise SubmissionError(
+            [f"{what}: version {version_id} is {version.status}, not done; export it first"]
+        )
+    return version
+
+
+def dataset_newest_version(dataset_id: int) -> DatasetVersion | None:
+    return (
+        DatasetVersion.objects.select_related("dataset")
+        .filter(dataset_id=dataset_id, status=DatasetVersion.Status.DONE)
+        .order_by("-number")
+        .first()
+    )
+
+
+def _resolve_reference(value: Any) -> DatasetVersion | str:
+    """A `[job] data` / `[data] validation_path` value: a version id or a dataset's name."""
+    if isinstance(value, int):
+        version = DatasetVersion.objects.filter(id=value).first()
+        if version is None:
+            return f"no dataset version {value}"
+        if version.status != DatasetVersion.Status.DONE:
+            return f"dataset version {value} is {version.status}, not done"
+        return version
+    text = str(value).strip()
+    if text.isdigit():
+        return _resolve_reference(int(text))
+    dataset = Dataset.objects.filter(name=text).order_by("-id").first()
+    if dataset is None:
+        return f"unknown dataset {text!r} (give a dataset version id or a dataset's name)"
+    version = dataset_newest_version(dataset.id)
+    if version is None:
+        return f"dataset {text!r} has no finished version"
+    return version
+
+
+def submission_build(
+    *,
+    config_text: str,
+    provider: str = "synth",
+    version_id: int | None = None,
+    validation_version_id: int | None = None,
+    base_url: str = "",
+    endpoint_name: str = "",
+    model: str = "",
+) -> Submission:
+    if provider not in PROVIDERS:
+        raise SubmissionError([f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}"])
+    version = version_done(version_id) if version_id is not None else None
+    validation = (
+        version_done(validation_version_id, what="validation version")
+        if validation_version_id is not None
+        else None
+    )
+    resolved: dict[str, DatasetVersion] = {}
+
+    def resolve(section: str, key: str, value: Any) -> str | None:
+        # Checked even when the command line or the form names a version (which wins):
+        # a reference to nothing is a mistake worth a word.
+        found = _resolve_reference(value)
+        if isinstance(found, str):
+            return found
+        resolved[section] = found
+        return None
+
+    try:
+        config = config_load(config_text, resolve_dataset=resolve)
+    except ConfigError as exc:
+        raise SubmissionError(exc.lines()) from None
+    version = version or resolved.get("job")
+    validation = validation or resolved.get("data")
+    if version is None:
+        line = config.line_of("job")
+        raise SubmissionError(
+            [
+                f"[job] data{f' (line {line})' if line else ''}: missing dataset; give "
+                "--dataset-version, --dataset or [job] data = <version id>"
+            ]
+        )
+    if validation is not None and validation.id == version.id:
+        raise SubmissionError(["validation version: the same version as the training data"])
+
+    api_key_env = ""
+    if endpoint_name:
+        try:
+            base_url, api_key_env = endpoint_target(name=endpoint_name, provider=provider)
+        except EndpointError as exc:
+            raise SubmissionError([str(exc)]) from None
+    else:
+        api_key_env = KEY_ENV[provider]
+        if not base_url:
+            base_url = (
+                settings.SYNTH_BACKEND_URL
+                if provider == "synth"
+                else (settings.OPENAI_BASE_URL or DEFAULT_BASE_URL)
+            )
+        if not base_url:
+            raise SubmissionError(
+                ["base URL: give --base-url or set SYNTH_BACKEND_URL for the synth provider"]
+            )
+    if not base_url.startswith(("http://", "https://")):
+        raise SubmissionError([f"base URL: {base_url!r} is not an http(s) URL"])
+    return Submission(
+        version=version,
+        validation_version=validation,
+        config=config,
+        config_text=config_text,
+        provider=provider,
+        base_url=base_url.rstrip("/"),
+        api_key_env=api_key_env,
+        endpoint_name=endpoint_name,
+        model=(model or config.model).strip(),
+    )

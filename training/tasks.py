@@ -1,0 +1,44 @@
+"""Celery tasks: thin, take an id, call a service. Safe to deliver twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from training import services
+
+# Countdowns stay far below the broker's visibility timeout (2 h): a delayed message is
+# never delivered a second time just for waiting.
+RETRY_COUNTDOWNS = (5, 15, 60, 120, 300)
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=3 * 3600,
+    time_limit=3 * 3600 + 120,
+    max_retries=len(RETRY_COUNTDOWNS),
+)
+def training_job_submit(self, job_id: int) -> str:
+    last = self.request.retries >= len(RETRY_COUNTDOWNS)
+    outcome = services.training_job_submit(job_id=job_id, last_attempt=last)
+    if outcome == "retry":
+        # The provider answered 429/5xx or could not be reached after the client's retries.
+        countdown = RETRY_COUNTDOWNS[min(self.request.retries, len(RETRY_COUNTDOWNS) - 1)]
+        raise self.retry(countdown=countdown)
+    return outcome
+
+
+@shared_task(acks_late=True, time_limit=600)
+def training_jobs_poll() -> int:
+    # One beat task follows training: re-sends dead submissions, then polls active jobs.
+    services.training_jobs_requeue_stale()
+    return services.training_jobs_poll_active()
+
+
+@shared_task(bind=True, acks_late=True, time_limit=300, max_retries=5)
+def training_job_cancel(self, job_id: int) -> str:
+    outcome = services.training_job_cancel_remote(job_id=job_id)
+    if outcome == "retry":
+        raise self.retry(countdown=30)
+    return outcome

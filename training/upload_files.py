@@ -1,0 +1,107 @@
+"""The file a provider receives: the version's stored rows, in the provider's format.
+
+Read line by line from storage (never whole: versions can be hundreds of MB), each row
+converted (`datasets.jsonl.row_for_provider`: which rows and what they say do not change),
+checked against the provider's limits (`datasets.validation`, as `export_jsonl --format
+openai` checks them), written to a local temporary file and hashed as it goes. The sha256 is
+of exactly the bytes uploaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from django.core.files.storage import default_storage
+
+from datasets.jsonl import dumps, row_for_provider
+from datasets.models import DatasetVersion
+from datasets.validation import MIN_ROWS, ProviderReport, Violation, _text_chars, check_row_dict
+from training.providers.base import UploadFile
+
+# synth-ai's SFT loader needs a prompt and an answer: at least two messages per row.
+SYNTH_MIN_MESSAGES = 2
+HEARTBEAT_ROWS = 500
+
+
+class DataRefused(ValueError):
+    """The version's rows break the provider's limits; `lines` lists each problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__(f"the data breaks the provider's limits: {len(lines)} problem(s)")
+
+
+def upload_file_build(
+    *,
+    version: DatasetVersion,
+    provider: str,
+    role: str,
+    directory: Path,
+    label: str,
+    heartbeat: Callable[[], None] | None = None,
+) -> UploadFile:
+    """Write `version`'s rows for `provider` under `directory`; DataRefused lists violations."""
+    if version.status != DatasetVersion.Status.DONE or not version.file:
+        raise DataRefused([f"{role}: dataset version {version.id} has no finished file"])
+    name = f"{label}-{role}-{provider}.jsonl"
+    path = directory / name
+    report = ProviderReport(file=role)
+    hasher = hashlib.sha256()
+    size = rows = 0
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as out, default_storage.open(version.file.name, "rb") as source:
+            for number, raw in enumerate(source, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError as exc:
+                    report.rows += 1
+                    report.violations.append(Violation(number, f"not JSON ({exc})", role))
+                    continue
+                if not isinstance(record, dict):
+                    report.rows += 1
+                    report.violations.append(Violation(number, "not a JSON object", role))
+                    continue
+                row = row_for_provider(record, row_format=provider)
+                line = (dumps(row) + "\n").encode("utf-8")
+                text = line.decode("utf-8")
+                check_row_dict(report, row=number, record=row, text_chars=_text_chars(row, text))
+                if provider == "synth":
+                    _check_synth(report, row=number, record=row)
+                hasher.update(line)
+                out.write(line)
+                size += len(line)
+                rows += 1
+                if heartbeat is not None and rows % HEARTBEAT_ROWS == 0:
+                    heartbeat()
+        min_rows = MIN_ROWS if provider == "openai" and role == "train" else 1
+        report.finish(file_bytes=size, min_rows=min_rows)
+        if not report.ok:
+            raise DataRefused([str(v) for v in report.violations])
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    built = UploadFile(path=path, name=name, sha256=hasher.hexdigest(), bytes=size, rows=rows)
+    return replace(built, heartbeat=heartbeat)
+
+
+def _check_synth(report: ProviderReport, *, row: int, record: dict) -> None:
+    """What synth-ai 0.2.10's SFT loader refuses (`synth_ai.learning.sft.data`)."""
+    messages = record.get("messages")
+    if isinstance(messages, list) and len(messages) < SYNTH_MIN_MESSAGES:
+        report.violations.append(
+            Violation(row, f"{len(messages)} message(s); synth needs at least 2", report.file)
+        )
+    for index, tool in enumerate(record.get("tools") or []):
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            report.violations.append(Violation(row, f"tool {index} missing name", report.file))
