@@ -99,6 +99,18 @@ class DatasetForm(forms.Form):
         "the text. Left out by default (the model made no tool call); included, they are "
         "marked metadata.text_fallback. Studio format only.",
     )
+    relabeled = forms.ChoiceField(
+        choices=[("any", "any"), ("only", "relabeled only"), ("exclude", "exclude relabeled")],
+        initial="any",
+        required=False,
+        label="Relabeled turns",
+        help_text="Turns a reviewer corrected export the correction as the tool call.",
+    )
+    include_fork_prefix = forms.BooleanField(
+        required=False,
+        label="Include forks' replayed turns",
+        help_text="A fork's turns before the fork point repeat its original; left out by default.",
+    )
     history_frames = forms.IntegerField(
         min_value=0,
         max_value=MAX_HISTORY_FRAMES,
@@ -111,7 +123,8 @@ class DatasetForm(forms.Form):
         choices=[(f, FORMAT_LABELS.get(f, f)) for f in FORMATS],
         initial="studio",
         help_text="Studio: rows with metadata. OpenAI: what OpenAI fine-tuning accepts (no "
-        "metadata, at least 10 rows, at most 10 images a row).",
+        "metadata, at least 10 rows, at most 10 images a row). Synth: what synth-ai's SFT "
+        "loader accepts (flat tools, metadata kept).",
     )
     val_fraction = forms.FloatField(
         min_value=0.0,
@@ -167,6 +180,8 @@ class DatasetForm(forms.Form):
                 flagged=data.get("flagged") or "any",
                 exclude_errors=bool(data.get("exclude_errors")),
                 include_text_fallback=bool(data.get("include_text_fallback")),
+                relabeled=data.get("relabeled") or "any",
+                include_fork_prefix=bool(data.get("include_fork_prefix")),
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,

@@ -26,7 +26,7 @@ from typing import Any
 
 from rollouts.tools import INTERACT_MANY_TOOL, SYSTEM_PROMPT, tool_call
 
-ROW_FORMATS = ("studio", "openai")
+ROW_FORMATS = ("studio", "openai", "synth")
 PNG_DATA_URL_PREFIX = "data:image/png;base64,"
 
 
@@ -63,6 +63,8 @@ class TurnRecord:
     frame: FrameRef
     # Actions read from the model's prose: the tool call in the row is inferred, not made.
     text_fallback: bool = False
+    # The actions a reviewer says the turn should have taken (None: not relabeled).
+    relabel_actions: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -143,11 +145,13 @@ class RowBuilder:
             raise ValueError(f"format {row_format!r} is not one of {ROW_FORMATS}")
         self.load_png = load_png
         self.history_frames = history_frames
-        self.with_metadata = row_format == "studio"
+        self.with_metadata = row_format != "openai"
+        # synth-ai's SFT loader refuses OpenAI's nested tools ("tool 0 missing name").
+        self._tool_shape = tool_flat if row_format == "synth" else (lambda tool: tool)
         self.cache_size = cache_size
         self._images: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._tools_json: dict[str, str] = {dumps(DEFAULT_TOOLS): dumps(DEFAULT_TOOLS)}
-        self._default_tools_json = dumps(DEFAULT_TOOLS)
+        self._default_tools_json = dumps([self._tool_shape(tool) for tool in DEFAULT_TOOLS])
+        self._tools_json: dict[str, str] = {dumps(DEFAULT_TOOLS): self._default_tools_json}
         self._system_json: dict[str, str] = {}
         self._arguments: dict[tuple[str, ...], tuple[str, str]] = {}
         self._row_image_chars = 0
@@ -181,11 +185,17 @@ class RowBuilder:
         return part
 
     def _tool_calls(self, record: TurnRecord) -> str | None:
+        if record.relabel_actions:
+            # The correction is the answer: a person's choice, marked in the metadata.
+            return self._actions_call(record.relabel_actions, record)
         if record.tool_calls:
             return dumps(record.tool_calls)
         if not record.actions:
             return None
-        actions = tuple(record.actions)
+        return self._actions_call(record.actions, record)
+
+    def _actions_call(self, action_list: list[str], record: TurnRecord) -> str:
+        actions = tuple(action_list)
         template = self._arguments.get(actions)
         if template is None:
             # One source for the call's shape: rollouts.tools.tool_call, with a placeholder id.
@@ -246,14 +256,27 @@ class RowBuilder:
             + ("true" if record.flagged else "false")
             + ', "split": '
             + encode_basestring(split)
-            + (', "text_fallback": true}' if record.text_fallback else "}")
+            # A corrected row's tool call is a person's choice, not one read from prose.
+            + (
+                ', "text_fallback": true'
+                if record.text_fallback and not record.relabel_actions
+                else ""
+            )
+            + (
+                ', "relabeled": {"original_actions": ' + dumps(list(record.actions)) + "}"
+                if record.relabel_actions
+                else ""
+            )
+            + "}"
         )
 
     def _tools(self, episode: EpisodeContext) -> str:
         if not episode.tools:
             return self._default_tools_json
         key = dumps(episode.tools)
-        return self._tools_json.setdefault(key, key)
+        if key not in self._tools_json:
+            self._tools_json[key] = dumps([self._tool_shape(tool) for tool in episode.tools])
+        return self._tools_json[key]
 
     # -- rows ----------------------------------------------------------------------------
 
@@ -265,7 +288,9 @@ class RowBuilder:
         else:
             messages = self._rebuilt_messages(record, episode, images)
         tool_calls = self._tool_calls(record)
-        content = "null" if record.model_text is None else encode_basestring(record.model_text)
+        # A relabeled row's answer is the correction: the model's text is not part of it.
+        text = None if record.relabel_actions else record.model_text
+        content = "null" if text is None else encode_basestring(text)
         assistant = '{"role": "assistant", "content": ' + content
         if tool_calls is not None:
             assistant += ', "tool_calls": ' + tool_calls
@@ -288,7 +313,7 @@ class RowBuilder:
             images=tuple(images),
             user_has_image=user_image,
             assistant_has_image=assistant_image,
-            has_answer=bool(record.model_text) or tool_calls is not None,
+            has_answer=bool(text) or tool_calls is not None,
             image_chars=self._row_image_chars,
         )
 
