@@ -66,12 +66,12 @@ def _turn_insert(
     INSERT INTO rollouts_episode (id, batch_id, seed, status, steps, total_reward,
         achievements, achievement_count, tool_calls, model_calls, model_errors,
         model_retries, bad_outputs, prompt_tokens, completion_tokens, error, attempts,
-        claim_token, fork_prefix_turns, fork_with_correction)
+        claim_token, fork_prefix_turns, fork_with_correction, sample)
     SELECT {first_episode} + e, {first_batch} + e / {EPISODES_PER_BATCH},
         e % {EPISODES_PER_BATCH}, 'finished', 256, CASE WHEN e % 3 = 0 THEN 2 ELSE 1 END,
         CASE WHEN e % 3 = 0 THEN '{{"collect_wood": 17, "place_table": 97}}'::jsonb
              ELSE '{{"collect_wood": 17}}'::jsonb END,
-        CASE WHEN e % 3 = 0 THEN 2 ELSE 1 END, 256, 256, 0, 0, 0, 0, 0, '', 1, '', 0, false
+        CASE WHEN e % 3 = 0 THEN 2 ELSE 1 END, 256, 256, 0, 0, 0, 0, 0, '', 1, '', 0, false, 0
     FROM generate_series(0, {episodes - 1}) AS e;
 
     INSERT INTO rollouts_frame (id, episode_id, step, sha256, image, width, height, state)

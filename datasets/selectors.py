@@ -11,8 +11,10 @@ from django.db.models.functions import Coalesce, Length
 
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.groups import group_table, grouping_on
 from datasets.jsonl import episode_split
 from datasets.models import Dataset, DatasetImport, DatasetVersion
+from datasets.preferences import count_pairs, preference_preview
 from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tools import SYSTEM_PROMPT
@@ -24,6 +26,10 @@ _IMAGES_SQL = (
     "ELSE jsonb_array_length(jsonb_path_query_array({t}.request_messages, "
     "'$[*].content[*] ? (@.type == \"image_url\")', '{{}}', true)) END"
 )
+
+
+# Counting pairs reads every turn of the episodes: past this many, the export counts them.
+PAIR_COUNT_MAX_EPISODES = 2000
 
 
 def datasets_recent() -> QuerySet[Dataset]:
@@ -50,8 +56,11 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     """
     queryset = turn_queryset(filters)
     turns = count_bounded(queryset)
+    pairs: dict[str, Any] = {}
+    if options.kind == "preference":
+        pairs["pairs"] = count_pairs(filters, max_episodes=PAIR_COUNT_MAX_EPISODES)
     if not turns.estimated:
-        return {**_aggregate(queryset, options), "estimated": False}
+        return {**_aggregate(queryset, options), **pairs, "estimated": False}
     sample_ids = queryset.order_by("episode_id", "index").values("pk")[:ESTIMATE_SAMPLE_TURNS]
     sample = _aggregate(Turn.objects.filter(pk__in=Subquery(sample_ids)), options)
     all_turns = max(planner_estimate(Turn.objects.all()), 1)
@@ -70,6 +79,7 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
         "val_fraction": val_fraction,
         "estimated_tokens": round_estimate(round(sample["estimated_tokens"] * per_turn)),
         "estimated_bytes": round(sample["estimated_bytes"] * per_turn),
+        **pairs,
         "estimated": True,
     }
 
@@ -113,7 +123,9 @@ def _split_counts(queryset: QuerySet[Turn], val_fraction: float) -> dict[str, in
         total = queryset.count()
         return {"train_turns": total, "val_turns": 0, "val_episodes": 0}
     train = val = val_episodes = 0
-    per_episode = queryset.values("episode__batch_id", "episode__seed").annotate(n=Count("id"))
+    per_episode = queryset.values("episode_id", "episode__batch_id", "episode__seed").annotate(
+        n=Count("id")
+    )
     for row in per_episode.order_by():
         split = episode_split(
             batch_id=row["episode__batch_id"], seed=row["episode__seed"], val_fraction=val_fraction
@@ -139,10 +151,30 @@ def dataset_save_problems(*, filters: DatasetFilters, options: ExportOptions) ->
     return []
 
 
+def dataset_groups(*, filters: DatasetFilters, limit: int = 12) -> dict[str, Any] | None:
+    """With a best-of-N filter: what each seed's group keeps (None without one)."""
+    return group_table(filters, limit=limit) if grouping_on(filters) else None
+
+
+def dataset_pair_preview(
+    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
+) -> list[dict[str, Any]] | None:
+    """For a preference dataset, its first pairs (None for one row per turn)."""
+    if options.kind != "preference":
+        return None
+    return preference_preview(filters, limit=limit)
+
+
 def dataset_preview(
     *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
 ) -> list[dict[str, Any]]:
-    return preview_rows(filters=filters, options=options, limit=limit)
+    rows = preview_rows(filters=filters, options=options, limit=limit)
+    # Which sample of its seed each row comes from, so best-of-N filters can be checked by eye.
+    ids = {row["metadata"]["episode_id"] for row in rows}
+    samples = dict(Episode.objects.filter(id__in=ids).values_list("id", "sample"))
+    for row in rows:
+        row["sample"] = samples.get(row["metadata"]["episode_id"], 0)
+    return rows
 
 
 def filter_choices() -> dict[str, list]:

@@ -159,7 +159,10 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "settings_rows": selectors.batch_settings_rows(batch=batch),
         "unfinished": batch.episodes_total - batch.episodes_finished,
         "can_review": request.user.has_perm(REVIEW_PERMISSION),
+        "samples_per_seed": int((batch.settings or {}).get("samples_per_seed") or 1),
     }
+    if context["samples_per_seed"] > 1:
+        context["seed_groups"] = selectors.batch_seed_groups(batch_id=batch.id)
     if request.htmx:
         return render(request, "rollouts/partials/batch_body.html", context)
     return render(request, "rollouts/batch_detail.html", context)

@@ -40,10 +40,10 @@ def played(db):
             "INSERT INTO rollouts_episode (batch_id, seed, status, steps, total_reward, "
             "achievements, achievement_count, tool_calls, model_calls, model_errors, "
             "model_retries, bad_outputs, prompt_tokens, completion_tokens, error, attempts, "
-            "claim_token, fork_prefix_turns, fork_with_correction) "
+            "claim_token, fork_prefix_turns, fork_with_correction, sample) "
             "SELECT %s, 100 + e, 'finished', 256, 1, CASE WHEN e = 7 THEN "
             "'{\"collect_wood\": 3}'::jsonb ELSE '{}'::jsonb END, 0, 0, 0, 0, 0, 0, 0, 0, "
-            "'', 1, '', 0, false FROM generate_series(0, 79) AS e",
+            "'', 1, '', 0, false, 0 FROM generate_series(0, 79) AS e",
             [batch.id],
         )
         cursor.execute(
