@@ -9,8 +9,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def bench_database(default: str) -> str:
+    """The benchmark's own database: `BENCH_DATABASE` when set (runs side by side), else
+    `default`."""
+    return os.environ.get("BENCH_DATABASE") or default
+
+
 def setup_django(database: str) -> None:
     """Point Django at a fresh PostgreSQL database `database` (created and migrated here)."""
+    database = bench_database(database)
     sys.path.insert(0, str(ROOT))
     base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
     os.environ["DATABASE_URL"] = f"{base}/{database}"

@@ -1,18 +1,28 @@
 """Export throughput and memory: prints one JSON object.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything .venv/bin/python \
-        benchmarks/export_throughput.py
+        benchmarks/export_throughput.py [--rows 20000]
 
 Uses a database of its own, `studio_bench_export` on the server DATABASE_URL names (created
-and migrated here), and its own media root. Seeds 80,000 image turns quickly with
-bulk_create (turns share a few real Crafter frames per episode) in two batches: 20,000 and
-60,000 turns.
+and migrated here), and its own media root. Seeds with bulk_create, every turn with a frame
+of its own and a distinct PNG (real Crafter frames, each marked with its turn number in one
+corner pixel row), as recording does, so the export's image cache only hits where a real
+export would (history frames of the previous turns):
+
+* `baseline`: ROWS turns of a scripted batch, rows rebuilt from the turn (no stored request);
+* `recorded`: ROWS turns of an `openai` batch whose turns store the request the policy
+  would have sent (`rollouts.policies.openai.messages.build_messages`, 2 history frames:
+  3 images a row), the model's text and its tool call, exported as sent;
+* and 3 x ROWS more baseline turns for the memory run.
+
+Figures:
 
 * rows/s of the real export (`datasets.exporting.export_files`: PostgreSQL cursor, row
-  building, sha256, file) over the 20,000 turns, next to a raw loop that only `json.dumps`
-  the same rows, prebuilt in memory, in the same run; and their ratio (target >= 0.5).
-* peak RSS (VmHWM on Linux, else ru_maxrss) of a fresh process exporting 20,000 and
-  80,000 rows (target: less than 10% growth), each export in its own subprocess.
+  building, PNG reads and base64, sha256, file) for each kind, next to a raw loop that only
+  `json.dumps` the same rows, prebuilt in memory, in the same run; and their ratio
+  (target >= 0.5). Best of 3, export and raw loop interleaved.
+* peak RSS (VmHWM on Linux, else ru_maxrss) of a fresh process exporting ROWS and 4 x ROWS
+  rows (target: less than 10% growth), each export in its own subprocess.
 """
 
 from __future__ import annotations
@@ -29,10 +39,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
-DB_NAME = "studio_bench_export"
-SMALL, LARGE = 20_000, 80_000
+DB_NAME = os.environ.get("BENCH_DATABASE") or "studio_bench_export"
 TURNS_PER_EPISODE = 250
-FRAMES_PER_EPISODE = 4
+SAMPLE_FRAMES = 32
+HISTORY_FRAMES = 2
 REPEATS = 3
 
 
@@ -70,68 +80,132 @@ def _setup() -> None:
     django.setup()
 
 
-def _seed() -> tuple[int, int]:
-    """Two batches of image turns (20,000 and 60,000); reused when already there."""
-    from rollouts.crafter_env import ACTIONS, StudioEnv, encode_png, text_observation
-    from rollouts.frame_store import FrameStore
-    from rollouts.models import Episode, Frame, RolloutBatch, Turn
+def _seed(rows: int) -> dict[str, int]:
+    """The three batches (see the module's docstring); reused when already there."""
+    from rollouts.models import RolloutBatch, Turn
 
-    names = ("bench-20k", "bench-60k")
-    existing = {b.name: b for b in RolloutBatch.objects.filter(name__in=names)}
+    wanted = {"bench-baseline": rows, "bench-recorded": rows, "bench-more": 3 * rows}
+    existing = {b.name: b for b in RolloutBatch.objects.filter(name__in=wanted)}
     counts = {n: Turn.objects.filter(episode__batch=b).count() for n, b in existing.items()}
-    if counts.get(names[0]) == SMALL and counts.get(names[1]) == LARGE - SMALL:
-        return existing[names[0]].id, existing[names[1]].id
-    RolloutBatch.objects.filter(name__in=names).delete()
+    if counts == wanted:
+        return {name: batch.id for name, batch in existing.items()}
+    RolloutBatch.objects.filter(name__in=wanted).delete()
+    samples = _sample_frames()
+    serial = iter(range(1, 10**9))
+    return {
+        name: _seed_batch(
+            name=name,
+            turns=total,
+            recorded=name == "bench-recorded",
+            samples=samples,
+            serial=serial,
+        )
+        for name, total in wanted.items()
+    }
 
-    store = FrameStore()
+
+def _sample_frames() -> list[tuple[object, str]]:
+    """Real Crafter frames (pixels) and their text observations."""
+    from rollouts.crafter_env import StudioEnv, text_observation
+
     env = StudioEnv(seed=0, size=64, length=10_000)
     pixels = env.reset()
     samples = []
-    for step in range(FRAMES_PER_EPISODE * 8):
-        png = encode_png(pixels).png
-        samples.append((store.put(png), text_observation(env)))
+    for step in range(SAMPLE_FRAMES):
+        samples.append((pixels.copy(), text_observation(env)))
         pixels, _, _, _ = env.step(2 + step % 4)
-    ids = []
-    for name, total in zip(names, (SMALL, LARGE - SMALL), strict=True):
-        episodes_n = total // TURNS_PER_EPISODE
-        batch = RolloutBatch.objects.create(
-            name=name,
-            policy="scripted",
-            seeds=list(range(episodes_n)),
-            episodes_total=episodes_n,
-            episodes_finished=episodes_n,
-            status="finished",
-        )
-        episodes = Episode.objects.bulk_create(
-            Episode(batch=batch, seed=s, status="finished", steps=TURNS_PER_EPISODE)
-            for s in range(episodes_n)
-        )
-        for e_i, episode in enumerate(episodes):
-            frames = Frame.objects.bulk_create(
-                Frame(
-                    episode=episode,
-                    step=k,
-                    sha256=samples[(e_i + k) % len(samples)][0][0],
-                    image=samples[(e_i + k) % len(samples)][0][1],
-                    width=64,
-                    height=64,
-                )
-                for k in range(FRAMES_PER_EPISODE)
+    return samples
+
+
+def _seed_batch(*, name: str, turns: int, recorded: bool, samples, serial) -> int:
+    from rollouts.crafter_env import ACTIONS, encode_png
+    from rollouts.frame_store import FrameStore
+    from rollouts.models import Episode, Frame, RolloutBatch, Turn
+    from rollouts.policies.base import Observation, PastTurn
+    from rollouts.policies.openai.messages import build_messages
+    from rollouts.rollout_settings import RolloutSettings
+    from rollouts.tools import tool_call
+
+    store = FrameStore()
+    episodes_n = max(1, turns // TURNS_PER_EPISODE)
+    settings = RolloutSettings(
+        policy="openai" if recorded else "scripted",
+        model="bench-vlm" if recorded else "",
+        seeds=tuple(range(episodes_n)),
+        history_frames=HISTORY_FRAMES if recorded else 0,
+    )
+    batch = RolloutBatch.objects.create(
+        name=name,
+        policy=settings.policy,
+        model=settings.model,
+        settings=settings.to_json(),
+        seeds=list(settings.seeds),
+        episodes_total=episodes_n,
+        episodes_finished=episodes_n,
+        status="finished",
+    )
+    episodes = Episode.objects.bulk_create(
+        Episode(batch=batch, seed=s, status="finished", steps=TURNS_PER_EPISODE)
+        for s in range(episodes_n)
+    )
+    for e_i, episode in enumerate(episodes):
+        pngs, frames = [], []
+        for k in range(TURNS_PER_EPISODE):
+            pixels = samples[(e_i + k) % len(samples)][0].copy()
+            # A distinct image per turn: the turn's serial number in the top-left pixels.
+            pixels[0, :4] = [[b, b, b] for b in next(serial).to_bytes(4, "big")]
+            png = encode_png(pixels).png
+            sha256, image = store.put(png)
+            pngs.append(png)
+            frames.append(
+                Frame(episode=episode, step=k, sha256=sha256, image=image, width=64, height=64)
             )
-            Turn.objects.bulk_create(
+        frames = Frame.objects.bulk_create(frames)
+        rows = []
+        for i in range(TURNS_PER_EPISODE):
+            text = samples[(e_i + i) % len(samples)][1]
+            actions = [ACTIONS[1 + i % 5]]
+            extra = {}
+            if recorded:
+                history = tuple(
+                    PastTurn(frame_step=j, png=pngs[j], actions=(ACTIONS[1 + j % 5],))
+                    for j in range(max(0, i - HISTORY_FRAMES), i)
+                )
+                stored, _ = build_messages(
+                    settings,
+                    Observation(
+                        seed=episode.seed,
+                        turn=i,
+                        step=i,
+                        step_limit=settings.steps,
+                        text=text,
+                        frame_step=i,
+                        png=pngs[i],
+                        history=history,
+                    ),
+                )
+                extra = {
+                    "request_messages": stored,
+                    "model_text": f"Turn {i}: I see grass to the right, so I move there.",
+                    "tool_calls": [tool_call(actions, f"call_{episode.id}_{i}")],
+                    "finish_reason": "tool_calls",
+                    "prompt_tokens": 900,
+                    "completion_tokens": 40,
+                }
+            rows.append(
                 Turn(
                     episode=episode,
                     index=i,
-                    frame=frames[i % FRAMES_PER_EPISODE],
-                    observation_text=samples[(e_i + i) % len(samples)][1],
-                    actions=[ACTIONS[1 + i % 5]],
+                    frame=frames[i],
+                    observation_text=text,
+                    actions=actions,
                     achievements_unlocked=["collect_wood"] if i == 17 else [],
                     reward=1.0 if i == 17 else 0.0,
+                    **extra,
                 )
-                for i in range(TURNS_PER_EPISODE)
             )
-        ids.append(batch.id)
-    return ids[0], ids[1]
+        Turn.objects.bulk_create(rows)
+    return batch.id
 
 
 def _export(batch_ids: tuple[int, ...], output: Path):
@@ -176,7 +250,34 @@ def _child_run(env: dict[str, str], batch_ids: tuple[int, ...]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def _throughput(batch_id: int) -> dict:
+    """Best of REPEATS of the real export and of `json.dumps` of its rows, interleaved."""
+    export_seconds = dumps_seconds = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.jsonl"
+        result = _export((batch_id,), out)  # warm the page cache and the database
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            result = _export((batch_id,), out)
+            export_seconds = min(export_seconds, time.perf_counter() - start)
+            start = time.perf_counter()
+            for row in rows:
+                json.dumps(row, ensure_ascii=False)
+            dumps_seconds = min(dumps_seconds, time.perf_counter() - start)
+    export_rate = result.train.rows / export_seconds
+    dumps_rate = result.train.rows / dumps_seconds
+    return {
+        "rows": result.train.rows,
+        "images": result.train.images,
+        "export_rows_per_s": round(export_rate, 1),
+        "raw_json_dumps_rows_per_s": round(dumps_rate, 1),
+        "ratio": round(export_rate / dumps_rate, 3),
+        "bytes_per_row": round(result.train.bytes / result.train.rows, 1),
+    }
+
+
+def main(rows: int) -> None:
     env = _bench_env()
     _create_database(env.pop("ADMIN_URL"))
     os.environ.update(env)
@@ -184,43 +285,26 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    small_id, large_id = _seed()
-
-    # Best of REPEATS, export and raw loop interleaved: the machine may be shared.
-    export_seconds = dumps_seconds = float("inf")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rows.jsonl"
-        result = _export((small_id,), out)  # warm the page cache and the database
-        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-        for _ in range(REPEATS):
-            start = time.perf_counter()
-            result = _export((small_id,), out)
-            export_seconds = min(export_seconds, time.perf_counter() - start)
-            start = time.perf_counter()
-            for row in rows:
-                json.dumps(row, ensure_ascii=False)
-            dumps_seconds = min(dumps_seconds, time.perf_counter() - start)
-    del rows
-
-    export_rate = result.train.rows / export_seconds
-    dumps_rate = result.train.rows / dumps_seconds
-    small = _child_run(env, (small_id,))
-    large = _child_run(env, (small_id, large_id))
+    ids = _seed(rows)
+    baseline = _throughput(ids["bench-baseline"])
+    recorded = _throughput(ids["bench-recorded"])
+    small = _child_run(env, (ids["bench-baseline"],))
+    large = _child_run(env, (ids["bench-baseline"], ids["bench-more"]))
     print(
         json.dumps(
             {
-                "rows": result.train.rows,
-                "export_rows_per_s": round(export_rate, 1),
-                "raw_json_dumps_rows_per_s": round(dumps_rate, 1),
-                "ratio": round(export_rate / dumps_rate, 3),
+                "benchmark": "export_throughput",
+                "distinct_frames_per_turn": 1,
+                "baseline_rows": baseline,
+                "recorded_requests": {**recorded, "history_frames": HISTORY_FRAMES},
                 "ratio_target": 0.5,
                 "best_of": REPEATS,
-                "bytes_per_row": round(result.train.bytes / result.train.rows, 1),
-                "peak_rss_kb_20000": small["maxrss_kb"],
-                "peak_rss_kb_80000": large["maxrss_kb"],
+                "peak_rss_kb_small": small["maxrss_kb"],
+                "peak_rss_kb_large": large["maxrss_kb"],
                 "rows_exported_in_rss_runs": [small["rows"], large["rows"]],
                 "rss_growth": round(large["maxrss_kb"] / small["maxrss_kb"] - 1, 4),
                 "rss_growth_target": 0.10,
+                "note": "shared 2-core machine: compare ratios, not rates",
             }
         )
     )
@@ -229,8 +313,9 @@ def main() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--child", nargs="+", type=int, metavar="BATCH_ID")
+    parser.add_argument("--rows", type=int, default=20_000, help="turns of each kind")
     args = parser.parse_args()
     if args.child:
         child(tuple(args.child))
     else:
-        main()
+        main(args.rows)

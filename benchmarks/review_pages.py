@@ -16,6 +16,11 @@ with a session cookie: one client in a row, then 8 clients in 8 threads at once.
 is the Server-Timing value, "round_trip" what the client waited. With 8 clients the server's
 threads share one interpreter lock: production runs several worker processes.
 
+Baseline, measured in the same run the same way: `/bench/static/`, a login-required view that
+returns a fixed page without touching a table but the session's, served by the same server
+through the same middleware (sessions, authentication, CSRF, WhiteNoise, htmx). Each page's
+`over_static_p50_ms` is what its own work adds to that.
+
 The comparison page (`/compare/?batches=A,B`: statistics with 1,000-resample bootstraps) is
 timed for two batches of 1,000 episodes and, as the baseline in the same run, two batches of
 100; its query count is taken for both with Django's test client (it must not grow with the
@@ -280,11 +285,39 @@ def compare_queries(path: str, session_user: str = "bench") -> int:
 # --- the server (child process) -----------------------------------------------------------
 
 
+def _static_page(request):
+    """The baseline: the same stack, a fixed body, no query of its own."""
+    from django.http import HttpResponse
+
+    return HttpResponse(b"<!doctype html><title>static</title><p>static baseline</p>")
+
+
+def _bench_urlpatterns() -> list:
+    from django.contrib.auth.decorators import login_required
+    from django.urls import include, path
+
+    return [
+        path("bench/static/", login_required(_static_page)),
+        path("", include("studio.urls")),
+    ]
+
+
+def __getattr__(name: str):
+    # This module is the child's ROOT_URLCONF; its patterns are built once Django is set up.
+    if name == "urlpatterns":
+        return _bench_urlpatterns()
+    raise AttributeError(name)
+
+
 def serve() -> None:
     """Run the studio under a threaded WSGI server; print the port, serve until killed."""
     import django
 
     django.setup()
+    from django.conf import settings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    settings.ROOT_URLCONF = "review_pages"
     from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
     from django.core.wsgi import get_wsgi_application
 
@@ -407,14 +440,14 @@ def main() -> None:
     )
     try:
         port = int(child.stdout.readline().strip())
-        pages = {}
+        pages = {"baseline_static_page": "/bench/static/"}
         if args.only != "compare":
-            pages = {
+            pages |= {
                 "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
                 "turn_list_50k": "/turns/",
                 "turn_list_50k_filtered": (
                     f"/turns/?batch={ids['history_batch_id']}&flagged=exclude"
-                    "&achievement=collect_wood&page=3"
+                    "&achievement=collect_wood"
                 ),
             }
         per_client = max(args.requests // 3, 10)  # per concurrent client
@@ -432,6 +465,13 @@ def main() -> None:
                 "single_client": _summary(single),
                 f"{args.concurrent}_concurrent_clients": _summary(concurrent),
             }
+        static = result["baseline_static_page"]["single_client"]["server_p50_ms"]
+        for name in pages:
+            if name != "baseline_static_page":
+                p50 = result[name]["single_client"]["server_p50_ms"]
+                result[name]["over_static_p50_ms"] = round(p50 - static, 2)
+                result[name]["ratio_to_static_p50"] = round(p50 / static, 1) if static else None
+        result["note"] = "shared 2-core machine: other processes were running"
         if compare_paths:
             # Single client only: each request is CPU-bound statistics, and the point is how
             # it grows with the batches, not how one interpreter shares its lock.

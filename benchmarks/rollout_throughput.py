@@ -1,8 +1,15 @@
 """Recording throughput against raw crafter, and world generation with and without numba.
 
-Prints one JSON object. The raw loop is `crafter.Env.step` + PNG encode of each frame, the
-recording path is the real one (`services.episode_run`: environment, PNG, sha256, file
-storage, PostgreSQL), both on the same seeds and actions, measured in the same run.
+Prints one JSON object. The recording path is the real one (`services.episode_run`:
+environment, PNG, sha256, file storage, PostgreSQL) and is timed whole, its own `Env` and
+world generation included. It is compared, in the same run, on the same seeds and actions,
+with two baselines taken from the same stock-crafter episodes:
+
+* `end_to_end`: stock crafter as a user would run it, `crafter.Env(...)` (which loads its
+  textures), `reset()` (stock world generation) and every `step` + PNG encode, all timed;
+* `per_step`: only `crafter.Env.step` + PNG encode, the `Env` built and reset outside the
+  timer. The recorded side still carries its own reset (~10 ms an episode), so this ratio
+  slightly understates the studio's per-step speed.
 
     python benchmarks/rollout_throughput.py [--episodes 8] [--steps 256] [--rounds 3]
 """
@@ -55,8 +62,12 @@ def worldgen_ms(*, which: str, numba: bool) -> float:
 
 def raw_episode(
     *, policy: str, seed: int, steps: int, script: tuple[str, ...]
-) -> tuple[int, float]:
-    """One episode of stock crafter, PNG-encoding every frame: (steps, seconds)."""
+) -> tuple[int, float, float]:
+    """One episode of stock crafter, PNG-encoding every frame.
+
+    Returns (steps, seconds end to end, seconds of the steps alone): the second timer starts
+    once the `Env` is built, reset and its first frame encoded.
+    """
     import crafter
     import numpy as np
     from PIL import Image
@@ -71,6 +82,7 @@ def raw_episode(
     start = time.perf_counter()
     env = crafter.Env(area=(64, 64), size=(64, 64), length=steps, seed=seed)
     encode(env.reset())
+    steps_start = time.perf_counter()
     rng = np.random.default_rng(seed)
     done, turn = False, 0
     while not done:
@@ -81,7 +93,8 @@ def raw_episode(
         pixels, _, done, _ = env.step(action)
         encode(pixels)
         turn += 1
-    return turn, time.perf_counter() - start
+    end = time.perf_counter()
+    return turn, end - start, end - steps_start
 
 
 def recorded_episode(*, policy: str, seed: int, steps: int) -> tuple[int, float]:
@@ -101,38 +114,46 @@ def recorded_episode(*, policy: str, seed: int, steps: int) -> tuple[int, float]
     return episode.steps, elapsed
 
 
+def _rate(steps: float, seconds: float) -> dict:
+    return {
+        "steps": int(steps),
+        "seconds": round(seconds, 3),
+        "steps_per_s": round(steps / seconds, 1),
+    }
+
+
 def compare(*, policy: str, seeds: list[int], steps: int, rounds: int, script) -> dict:
-    """Raw and recorded alternate episode by episode; each keeps its best of `rounds`.
+    """Raw and recorded alternate episode by episode; each figure keeps its best of `rounds`.
 
     The machine is shared: alternating exposes both to the same load, and the best of
     several rounds drops the episodes that another process slowed down.
     """
-    raw_steps = raw_time = ours_steps = ours_time = 0.0
+    totals = dict.fromkeys(
+        ("raw_steps", "raw_whole", "raw_step_only", "ours_steps", "ours_time"), 0.0
+    )
     for seed in seeds:
         raw_runs, our_runs = [], []
         for _ in range(rounds):
             raw_runs.append(raw_episode(policy=policy, seed=seed, steps=steps, script=script))
             our_runs.append(recorded_episode(policy=policy, seed=seed, steps=steps))
-        n, t = min(raw_runs, key=lambda r: r[1])
-        raw_steps, raw_time = raw_steps + n, raw_time + t
+        # Stock crafter plays the same game each round in one process, so steps agree.
+        totals["raw_steps"] += raw_runs[0][0]
+        totals["raw_whole"] += min(r[1] for r in raw_runs)
+        totals["raw_step_only"] += min(r[2] for r in raw_runs)
         n, t = min(our_runs, key=lambda r: r[1])
-        ours_steps, ours_time = ours_steps + n, ours_time + t
-    raw = {
-        "steps": int(raw_steps),
-        "seconds": round(raw_time, 3),
-        "steps_per_s": round(raw_steps / raw_time, 1),
-    }
-    ours = {
-        "steps": int(ours_steps),
-        "seconds": round(ours_time, 3),
-        "steps_per_s": round(ours_steps / ours_time, 1),
-    }
+        totals["ours_steps"] += n
+        totals["ours_time"] += t
+    stock_whole = _rate(totals["raw_steps"], totals["raw_whole"])
+    stock_steps = _rate(totals["raw_steps"], totals["raw_step_only"])
+    ours = _rate(totals["ours_steps"], totals["ours_time"])
     # Stock crafter is not reproducible (see rollouts/crafter_env.py), so its games may end
     # at other steps than ours: compare rates, not totals.
     return {
-        "raw_crafter_png": raw,
         "recorded": ours,
-        "ratio": round(ours["steps_per_s"] / raw["steps_per_s"], 3),
+        "stock_crafter_end_to_end": stock_whole,
+        "stock_step_png_only": stock_steps,
+        "ratio_end_to_end": round(ours["steps_per_s"] / stock_whole["steps_per_s"], 3),
+        "ratio_per_step": round(ours["steps_per_s"] / stock_steps["steps_per_s"], 3),
     }
 
 
@@ -178,7 +199,11 @@ def main() -> None:
         "speedup_vs_pure_python": round(pure / studio, 1),
         "speedup_vs_stock_numba": round(stock / studio, 1),
     }
-    results["target_ratio"] = 0.8
+    results["target_ratio_per_step"] = 0.9
+    results["note"] = (
+        "ratio_per_step: stock Env built and reset outside its timer; the recorded figure "
+        "includes the studio's own Env and reset. Shared machine: compare ratios, not rates."
+    )
     print(json.dumps(results))
 
 

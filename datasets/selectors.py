@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, IntegerField, QuerySet, Sum
+from django.db.models import Count, IntegerField, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Length
 
@@ -18,6 +18,7 @@ from datasets.preferences import count_pairs, preference_preview
 from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tools import SYSTEM_PROMPT
+from studio.pagination import count_bounded, planner_estimate, round_estimate
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
 _IMAGES_SQL = (
@@ -39,9 +40,51 @@ def dataset_versions(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.select_related("created_by").order_by("-number")
 
 
-def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[str, int]:
-    """Turns, episodes and images the export would write (images exact on PostgreSQL)."""
+# Turns read to estimate the images per turn of a large selection (~50 ms at any size).
+ESTIMATE_SAMPLE_TURNS = 2_000
+
+
+def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[str, Any]:
+    """Turns, episodes and images the export would write (images exact on PostgreSQL).
+
+    Exact while at most STUDIO_EXACT_COUNT_UP_TO turns match. Past that, counting exactly
+    would read every matching turn (seconds at millions), so `estimated` is True, the page
+    says "about", and: turns are PostgreSQL's estimate; episodes assume the selection's
+    episodes are as long as the average episode (all episodes / all turns); images, tokens
+    and bytes per turn come from the first ESTIMATE_SAMPLE_TURNS matching turns in export
+    order; the validation split is its expected share.
+    """
     queryset = turn_queryset(filters)
+    turns = count_bounded(queryset)
+    pairs: dict[str, Any] = {}
+    if options.kind == "preference":
+        pairs["pairs"] = count_pairs(filters, max_episodes=PAIR_COUNT_MAX_EPISODES)
+    if not turns.estimated:
+        return {**_aggregate(queryset, options), **pairs, "estimated": False}
+    sample_ids = queryset.order_by("episode_id", "index").values("pk")[:ESTIMATE_SAMPLE_TURNS]
+    sample = _aggregate(Turn.objects.filter(pk__in=Subquery(sample_ids)), options)
+    all_turns = max(planner_estimate(Turn.objects.all()), 1)
+    episodes = round(Episode.objects.count() * min(turns.value, all_turns) / all_turns)
+    episodes = max(1, min(turns.value, episodes))
+    per_turn = turns.value / max(sample["turns"], 1)
+    # The split is by a hash of each episode: on this many, its expected share.
+    val_fraction = options.val_fraction
+    return {
+        "turns": turns.value,
+        "episodes": round_estimate(episodes),
+        "images": round_estimate(round(sample["images"] * per_turn)),
+        "train_turns": round_estimate(round(turns.value * (1 - val_fraction))),
+        "val_turns": round_estimate(round(turns.value * val_fraction)),
+        "val_episodes": round_estimate(round(episodes * val_fraction)),
+        "val_fraction": val_fraction,
+        "estimated_tokens": round_estimate(round(sample["estimated_tokens"] * per_turn)),
+        "estimated_bytes": round(sample["estimated_bytes"] * per_turn),
+        **pairs,
+        "estimated": True,
+    }
+
+
+def _aggregate(queryset: QuerySet[Turn], options: ExportOptions) -> dict[str, int]:
     aggregates: dict[str, Any] = {
         "turns": Count("id"),
         "episodes": Count("episode_id", distinct=True),
@@ -67,8 +110,6 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     text_chars = (counts.pop("text_chars") or 0) + counts["turns"] * (len(SYSTEM_PROMPT) + 900)
     counts["estimated_tokens"] = text_chars // CHARS_PER_TOKEN + counts["images"] * IMAGE_TOKENS
     counts["estimated_bytes"] = text_chars + counts["images"] * IMAGE_BYTES
-    if options.kind == "preference":
-        counts["pairs"] = count_pairs(filters, max_episodes=PAIR_COUNT_MAX_EPISODES)
     return counts
 
 

@@ -210,7 +210,7 @@ class Turn(models.Model):
     retries = models.PositiveSmallIntegerField(default=0)
     # Answer fields cut to fit when stored: {"model_text": size in bytes before the cut, ...}.
     truncated = models.JSONField(default=dict, blank=True)
-    flagged = models.BooleanField(default=False, db_index=True)
+    flagged = models.BooleanField(default=False)  # indexed by turn_list_flagged_idx
     note = models.TextField(blank=True)
     reviewed_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -222,10 +222,77 @@ class Turn(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["episode", "index"], name="turn_unique_episode_index"),
         ]
+        # The turn list's order (newest episode first, turns in play order) and its filters
+        # that keep few rows: a page of 50 is read straight off the index at any table size.
+        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0008).
+        indexes = [
+            models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
+            models.Index(
+                fields=["-episode", "index"],
+                name="turn_list_flagged_idx",
+                condition=models.Q(flagged=True),
+            ),
+            models.Index(
+                fields=["-episode", "index"],
+                name="turn_list_error_idx",
+                condition=~models.Q(error=""),
+            ),
+        ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]
 
     def __str__(self) -> str:
         return f"Turn {self.index} of episode {self.episode_id}"
+
+
+class TurnBulkFlag(models.Model):
+    """Flag or unflag every turn a turn-list filter matches: a job the worker runs in chunks.
+
+    Millions of turns cannot be updated inside a web request; the row, not the broker, is
+    the truth about how far the job got (`changed`, `last_turn_id`).
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    filters = models.JSONField(default=dict)  # the turn list's filters (TurnFilters)
+    flagged = models.BooleanField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    # Turns to change when the job was asked for; PostgreSQL's estimate past a bound.
+    total = models.PositiveBigIntegerField(default=0)
+    total_estimated = models.BooleanField(default=False)
+    changed = models.PositiveBigIntegerField(default=0)
+    # Turns are taken in id order: a job resumed after a crash starts past this one.
+    last_turn_id = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    claim_token = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the message reached the broker; empty: not yet (studio.queue sends it again).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"Bulk {'flag' if self.flagged else 'unflag'} {self.pk} ({self.status})"
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        if not self.total:
+            return 0
+        # An estimated total may be passed: never show 100% before the job says done.
+        return min(99, int(100 * self.changed / self.total))
 
 
 class TurnRelabel(models.Model):

@@ -11,7 +11,8 @@ from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
+from studio.pagination import BoundedCount, KeysetPage, count_bounded, keyset_page
 
 ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
 
@@ -335,6 +336,8 @@ def _unlocked_lookup(name: str) -> Q:
 
 
 # Sort keys of the turn list's columns -> the ordering they stand for; newest first by default.
+# Each ends in a unique key (episode, index: turn_unique_episode_index) so that keyset pages
+# (cursors) are exact; the default is served by the index turn_list_order_idx.
 TURN_SORTS: dict[str, tuple[str, ...]] = {
     "": ("-episode_id", "index"),
     "batch": ("episode__batch_id", "episode_id", "index"),
@@ -348,6 +351,32 @@ TURN_SORTS: dict[str, tuple[str, ...]] = {
     "reward": ("reward", "episode_id", "index"),
     "-reward": ("-reward", "episode_id", "index"),
 }
+TURN_LIST_ORDER: tuple[str, ...] = TURN_SORTS[""]
+
+
+def turn_list_page(
+    *,
+    turns: QuerySet[Turn],
+    sort: str = "",
+    after: str | None = None,
+    before: str | None = None,
+    size: int,
+) -> KeysetPage:
+    """One page of the turn list in the `sort` column's order, by cursor (keyset), never by
+    OFFSET: page 20,000 costs what page 1 costs."""
+    return keyset_page(
+        turn_list_page_rows(turns=turns, sort=sort),
+        order=TURN_SORTS.get(sort, TURN_LIST_ORDER),
+        after=after,
+        before=before,
+        size=size,
+    )
+
+
+def turns_count(*, turns: QuerySet[Turn]) -> BoundedCount:
+    """How many turns match: exact up to STUDIO_EXACT_COUNT_UP_TO, else PostgreSQL's
+    estimate ("about")."""
+    return count_bounded(turns)
 
 
 def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Turn]:
@@ -376,7 +405,7 @@ def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Tu
             "frame__sha256",
             "frame__step",
         )
-        .order_by(*TURN_SORTS.get(sort, TURN_SORTS[""]))
+        .order_by(*TURN_SORTS.get(sort, TURN_LIST_ORDER))
     )
 
 
@@ -389,3 +418,25 @@ def turn_filter_choices() -> dict[str, list[Any]]:
 
 def turn_get(*, turn_id: int) -> Turn:
     return Turn.objects.get(id=turn_id)
+
+
+def turn_bulk_flag_get(*, job_id: int) -> TurnBulkFlag:
+    return TurnBulkFlag.objects.select_related("created_by").get(id=job_id)
+
+
+def turn_bulk_flag_list_query(*, job: TurnBulkFlag) -> str:
+    """The turn list's address query for the job's filters (its form's field names)."""
+    from urllib.parse import urlencode
+
+    # TurnFilters field -> TurnFilterForm field (rollouts.forms); the same name but two.
+    names = {name: name for name in ("model", "flagged", "has_error", "achievement")}
+    names |= {"batch_id": "batch", "search": "q", "policy": "policy", "seed": "seed"}
+    names |= {"reward": "reward"}
+    defaults = TurnFilters()
+    return urlencode(
+        {
+            names[key]: value
+            for key, value in job.filters.items()
+            if key in names and value not in (None, "") and value != getattr(defaults, key)
+        }
+    )

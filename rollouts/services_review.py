@@ -1,13 +1,29 @@
-"""Writes made by reviewers: flags and notes on turns, one at a time or in bulk."""
+"""Writes made by reviewers: flags and notes on turns, one at a time or in bulk.
+
+Bulk flags run on the worker (`turn_bulk_flag_start` in the request, `turn_bulk_flag_run`
+in the task): a filter can match millions of turns.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import uuid
+from datetime import timedelta
+from typing import Literal
+
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from rollouts.crafter_env import ACTION_INDEX
-from rollouts.models import Turn, TurnRelabel
+from rollouts.models import Turn, TurnBulkFlag, TurnRelabel
+from rollouts.selectors_review import TurnFilters, turns_count, turns_filtered
+from studio import queue
+
+logger = logging.getLogger(__name__)
 
 NOTE_MAX_LENGTH = 10_000
 
@@ -32,16 +48,126 @@ def turn_note(*, turn: Turn, note: str, user: AbstractBaseUser) -> Turn:
     return turn
 
 
-def turns_bulk_flag(*, turns: QuerySet[Turn], flagged: bool, user: AbstractBaseUser) -> int:
-    """Flag or unflag every turn of `turns` (all matches, not a page); returns how many changed.
+BulkFlagOutcome = Literal["done", "failed", "busy", "done_already", "claim_lost"]
+# A running bulk flag that has not finished a chunk for this long is presumed dead.
+BULK_FLAG_STALE_AFTER = timedelta(minutes=5)
 
-    One UPDATE: turns already in the wanted state keep their reviewer and time.
-    """
-    return (
-        turns.exclude(flagged=flagged)
-        .order_by()
-        .update(flagged=flagged, reviewed_by=user, reviewed_at=timezone.now())
+
+def turn_bulk_flag_start(
+    *, filters: TurnFilters, flagged: bool, user: AbstractBaseUser
+) -> TurnBulkFlag:
+    """A pending job for every turn `filters` matches; run by a Celery task once committed."""
+    to_change = turns_filtered(filters=filters).exclude(flagged=flagged)
+    total = turns_count(turns=to_change)
+    with transaction.atomic():
+        job = TurnBulkFlag.objects.create(
+            filters=dataclasses.asdict(filters),
+            flagged=flagged,
+            total=total.value,
+            total_estimated=total.estimated,
+            created_by=user,
+        )
+        transaction.on_commit(lambda: turn_bulk_flag_enqueue(job=job))
+    return job
+
+
+def turn_bulk_flag_enqueue(*, job: TurnBulkFlag) -> bool:
+    """Send the job; False when the broker is down (the periodic requeue sends it later)."""
+    from rollouts.tasks import turn_bulk_flag_run as task
+
+    if not queue.send(task, job.id):
+        return False
+    TurnBulkFlag.objects.filter(id=job.id).update(enqueued_at=timezone.now())
+    return True
+
+
+def turn_bulk_flags_requeue() -> int:
+    """Re-send bulk flags whose worker died (stale heartbeat) or whose message never left."""
+    from rollouts.tasks import turn_bulk_flag_run as task
+
+    stale = timezone.now() - BULK_FLAG_STALE_AFTER
+    ids = list(
+        TurnBulkFlag.objects.filter(
+            status=TurnBulkFlag.Status.RUNNING, heartbeat_at__lt=stale
+        ).values_list("id", flat=True)
     )
+    ids += queue.waiting_ids(TurnBulkFlag.objects.all(), created_field="created_at")
+    return queue.resend(TurnBulkFlag, task, ids)
+
+
+def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnFilters:
+    known = {f.name for f in dataclasses.fields(TurnFilters)}
+    return TurnFilters(**{k: v for k, v in job.filters.items() if k in known})
+
+
+def _bulk_flag_claim(*, job_id: int) -> str | None:
+    now = timezone.now()
+    token = uuid.uuid4().hex
+    claimed = (
+        TurnBulkFlag.objects.filter(id=job_id)
+        .filter(
+            Q(status=TurnBulkFlag.Status.PENDING)
+            | Q(status=TurnBulkFlag.Status.RUNNING, heartbeat_at__lt=now - BULK_FLAG_STALE_AFTER)
+        )
+        .update(
+            status=TurnBulkFlag.Status.RUNNING,
+            claim_token=token,
+            started_at=now,
+            heartbeat_at=now,
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
+    """Claim the job and apply it in chunks of STUDIO_BULK_FLAG_CHUNK turns, in id order.
+
+    Each chunk is one transaction that also records progress and renews the claim, so a job
+    taken over after a crash resumes after its last committed chunk, and a worker that lost
+    its claim changes nothing more. Turns already in the wanted state keep their reviewer.
+    """
+    token = _bulk_flag_claim(job_id=job_id)
+    if token is None:
+        status = TurnBulkFlag.objects.filter(id=job_id).values_list("status", flat=True).first()
+        if status in (TurnBulkFlag.Status.DONE, TurnBulkFlag.Status.FAILED, None):
+            return "done_already"
+        return "busy"
+    job = TurnBulkFlag.objects.get(id=job_id)
+    try:
+        turns = turns_filtered(filters=turn_bulk_flag_filters(job=job)).exclude(flagged=job.flagged)
+        last = job.last_turn_id
+        chunk = max(1, settings.STUDIO_BULK_FLAG_CHUNK)
+        while True:
+            with transaction.atomic():
+                ids = list(
+                    turns.filter(id__gt=last).order_by("id").values_list("id", flat=True)[:chunk]
+                )
+                if not ids:
+                    break
+                changed = Turn.objects.filter(id__in=ids, flagged=not job.flagged).update(
+                    flagged=job.flagged, reviewed_by=job.created_by, reviewed_at=timezone.now()
+                )
+                renewed = TurnBulkFlag.objects.filter(
+                    id=job_id, claim_token=token, status=TurnBulkFlag.Status.RUNNING
+                ).update(
+                    changed=F("changed") + changed,
+                    last_turn_id=ids[-1],
+                    heartbeat_at=timezone.now(),
+                )
+                if renewed != 1:
+                    transaction.set_rollback(True)
+                    return "claim_lost"
+            last = ids[-1]
+    except Exception as exc:
+        logger.exception("bulk flag %s failed", job_id)
+        TurnBulkFlag.objects.filter(id=job_id, claim_token=token).update(
+            status=TurnBulkFlag.Status.FAILED, error=str(exc)[:2000], finished_at=timezone.now()
+        )
+        return "failed"
+    TurnBulkFlag.objects.filter(id=job_id, claim_token=token).update(
+        status=TurnBulkFlag.Status.DONE, finished_at=timezone.now()
+    )
+    return "done"
 
 
 RELABEL_MAX_ACTIONS = 8

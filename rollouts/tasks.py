@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from rollouts import services
+from rollouts import services, services_review
 
 
 @shared_task(
@@ -27,3 +27,24 @@ def episode_run(self, episode_id: int) -> str:
 @shared_task(acks_late=True, time_limit=300)
 def episodes_requeue_stale() -> int:
     return services.episodes_requeue_stale()
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=3 * 3600,
+    time_limit=3 * 3600 + 120,
+    max_retries=None,
+)
+def turn_bulk_flag_run(self, job_id: int) -> str:
+    outcome = services_review.turn_bulk_flag_run(job_id=job_id)
+    if outcome == "busy":
+        # Another worker holds a fresh claim; look again once it would count as stale.
+        raise self.retry(countdown=int(services_review.BULK_FLAG_STALE_AFTER.total_seconds()))
+    return outcome
+
+
+@shared_task(acks_late=True, time_limit=300)
+def turn_bulk_flags_requeue() -> int:
+    return services_review.turn_bulk_flags_requeue()

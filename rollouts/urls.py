@@ -12,6 +12,9 @@ urlpatterns = [
     path("episodes/<int:episode_id>/", views.episode_detail, name="episode_detail"),
     path("turns/", views.turn_list, name="turn_list"),
     path("turns/bulk-flag/", views.turns_bulk_flag, name="turns_bulk_flag"),
+    path(
+        "turns/bulk-flag/<int:job_id>/", views.turn_bulk_flag_detail, name="turn_bulk_flag_detail"
+    ),
     path("turns/<int:turn_id>/flag/", views.turn_flag, name="turn_flag"),
     path("turns/<int:turn_id>/note/", views.turn_note, name="turn_note"),
     path("turns/<int:turn_id>/text/<str:field>/", views.turn_text, name="turn_text"),

@@ -33,7 +33,7 @@ from rollouts.forms import (
 )
 from rollouts.forms_play import ForkForm
 from rollouts.frame_store import FrameStore, frame_name
-from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score, score_text
 from studio.queue import QUEUE_UNREACHABLE
 
@@ -220,20 +220,27 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", "")
     if sort not in selectors_review.TURN_SORTS:
         sort = ""
-    page = None
+    page = count = None
     if filters is not None:
         turns = selectors_review.turns_filtered(filters=filters)
-        page = Paginator(
-            selectors_review.turn_list_page_rows(turns=turns, sort=sort), TURNS_PER_PAGE
-        ).get_page(request.GET.get("page"))
+        page = selectors_review.turn_list_page(
+            turns=turns,
+            sort=sort,
+            after=request.GET.get("after"),
+            before=request.GET.get("before"),
+            size=TURNS_PER_PAGE,
+        )
+        count = selectors_review.turns_count(turns=turns)
     return render(
         request,
         "rollouts/turn_list.html",
         {
             "form": form,
             "page": page,
-            "filter_query": _query_without(request.GET, "page"),
-            "sort_query": _query_without(request.GET, "page", "sort"),
+            "count": count,
+            "filter_query": _query_without(request.GET, "page", "after", "before"),
+            # A new sort starts at the first page: a cursor belongs to the order it came from.
+            "sort_query": _query_without(request.GET, "page", "after", "before", "sort"),
             "sort": sort,
             "sort_columns": [("batch", "Batch"), ("episode", "Episode"), ("turn", "Turn")],
             "choices": selectors_review.turn_filter_choices(),
@@ -254,12 +261,15 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
     filters = form.filters()
     flagged = flag_form.cleaned_data["set_flagged"]
     turns = selectors_review.turns_filtered(filters=filters)
-    filter_query = _query_without(data, "page", "set_flagged", "csrfmiddlewaretoken", "sort")
+    filter_query = _query_without(
+        data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken", "sort"
+    )
     if request.method == "POST":
-        changed = services_review.turns_bulk_flag(turns=turns, flagged=flagged, user=request.user)
-        verb = "Flagged" if flagged else "Unflagged"
-        messages.success(request, f"{verb} {changed} turns.")
-        return redirect(f"{reverse('rollouts:turn_list')}?{filter_query}")
+        # Millions of turns may match: the worker flags them, this page shows its progress.
+        job = services_review.turn_bulk_flag_start(
+            filters=filters, flagged=flagged, user=request.user
+        )
+        return redirect("rollouts:turn_bulk_flag_detail", job_id=job.id)
     return render(
         request,
         "rollouts/turns_bulk_confirm.html",
@@ -267,10 +277,36 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
             "form": form,
             "filters": filters,
             "flagged": flagged,
-            "count": turns.count(),
-            "already": turns.filter(flagged=flagged).count(),
+            "count": selectors_review.turns_count(turns=turns),
+            "already": selectors_review.turns_count(turns=turns.filter(flagged=flagged)),
             "filter_query": filter_query,
             "hidden": [(k, v) for k, v in data.items() if k in form.fields and v],
+        },
+    )
+
+
+@require_GET
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def turn_bulk_flag_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A bulk flag's progress; polls itself (htmx) until the worker is done."""
+    try:
+        job = selectors_review.turn_bulk_flag_get(job_id=job_id)
+    except TurnBulkFlag.DoesNotExist as exc:
+        raise Http404("no such bulk flag") from exc
+    active = job.status in (TurnBulkFlag.Status.PENDING, TurnBulkFlag.Status.RUNNING)
+    template = (
+        "rollouts/partials/turn_bulk_flag_progress.html"
+        if request.htmx
+        else "rollouts/turn_bulk_flag.html"
+    )
+    return render(
+        request,
+        template,
+        {
+            "job": job,
+            "active": active,
+            "poll_seconds": 1,
+            "list_query": selectors_review.turn_bulk_flag_list_query(job=job),
         },
     )
 

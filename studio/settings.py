@@ -186,6 +186,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "datasets.tasks.datasets_requeue_waiting",
         "schedule": 60.0,
     },
+    "requeue-waiting-bulk-flags": {
+        "task": "rollouts.tasks.turn_bulk_flags_requeue",
+        "schedule": 60.0,
+    },
     "poll-training-jobs": {
         "task": "training.tasks.training_jobs_poll",
         "schedule": env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0),
@@ -201,6 +205,11 @@ STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", defau
 STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
 # Rows written per database round trip while recording an episode.
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
+# Pages count matching rows exactly up to this many, then show PostgreSQL's estimate
+# ("about N"): an exact COUNT(*) over millions of turns would take seconds.
+STUDIO_EXACT_COUNT_UP_TO = env.int("STUDIO_EXACT_COUNT_UP_TO", default=10_000)
+# Turns a bulk flag changes per transaction on the worker (progress is saved after each).
+STUDIO_BULK_FLAG_CHUNK = env.int("STUDIO_BULK_FLAG_CHUNK", default=5_000)
 # The largest JSONL file the import page takes (the command reads files of any size).
 STUDIO_IMPORT_MAX_BYTES = env.int("STUDIO_IMPORT_MAX_BYTES", default=512 * 1024 * 1024)
 # The longest line an import reads (images are inline); a longer one is refused mid-read.

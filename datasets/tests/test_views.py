@@ -59,6 +59,7 @@ def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batc
     assert b'data-count="turns">90<' in counts.content
     assert b'data-count="episodes">3<' in counts.content
     assert b'data-count="images">177<' in counts.content  # 90 frames + 87 history frames
+    assert b"about" not in counts.content
     bad = editor_client.get(
         reverse("datasets:dataset_counts"),
         {
@@ -139,6 +140,33 @@ def test_it_exports_a_version_and_downloads_the_exact_file(
     assert "attachment" in download["Content-Disposition"]
     page = client.get(reverse("datasets:dataset_versions", args=[dataset.id]))
     assert version.sha256[:8].encode() in page.content and b"every" not in page.content
+
+
+def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_batch, settings):
+    from django.db import connection
+
+    from datasets.filters import DatasetFilters, turn_queryset
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        # What PostgreSQL's planner expects the filter to match (its estimate of the join of
+        # turns and episodes is not exact), asked here directly.
+        sql, params = turn_queryset(DatasetFilters()).values("pk").query.sql_with_params()
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    planned = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"]
+    settings.STUDIO_EXACT_COUNT_UP_TO = 30  # the 90 turns of 3 episodes are past it
+    query = {"name": "x", "flagged": "any", "history_frames": "1", "format": "studio"}
+    counts = editor_client.get(reverse("datasets:dataset_counts"), query)
+    assert b"about</span>" in counts.content
+    # Turns: the planner's figure, but never fewer than the 31 read; episodes: all 3
+    # episodes x turns / 90 (all turns, once analysed); images per turn from the turns read
+    # (90 frames + 87 history frames over 90 turns). Two-figure numbers are shown as they are.
+    turns = max(planned, 31)
+    assert f'data-count="turns" data-estimated="true">{turns}<'.encode() in counts.content
+    episodes = max(1, min(turns, round(3 * turns / 90)))
+    assert f'data-count="episodes">{episodes}<'.encode() in counts.content
+    assert f'data-count="images">{round(177 * turns / 90)}<'.encode() in counts.content
 
 
 def test_it_names_an_import_after_the_uploaded_file_and_shows_its_tool_calls(editor_client):

@@ -100,11 +100,15 @@ def test_it_describes_the_game_in_text():
     text = text_observation(env)
     assert "Step 0 of 100." in text
     assert "Health 9/9" in text
-    assert "facing" in text
-    assert text.count("you") >= 1
+    # crafter puts the player at the centre of the 64 x 64 area, facing down (objects.Player).
+    assert "Position (32, 32), facing down." in text
     local_rows = text.split("centre):\n", 1)[1].splitlines()
     assert len(local_rows) == 7
-    assert all(len(row.split()) == 9 for row in local_rows)
+    # The player is the middle cell of the 9 x 7 view, and nowhere else.
+    cells = [row.split() for row in local_rows]
+    assert [len(row) for row in cells] == [9] * 7
+    assert cells[3][4] == "you"
+    assert sum(row.count("you") for row in cells) == 1
     assert len(ACTIONS) == 17
 
 

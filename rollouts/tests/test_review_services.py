@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from rollouts import services, services_review
-from rollouts.models import Episode, Turn
+from rollouts.models import Episode, Turn, TurnBulkFlag
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.selectors_review import TurnFilters, request_image_steps, turns_filtered
 
@@ -50,22 +54,63 @@ def test_it_stores_a_trimmed_note_and_refuses_a_huge_one(editor):
     assert turn.note == "walks into water\nagain"
 
 
-def test_it_bulk_flags_every_match_and_counts_only_changes(editor, admin_user):
+def test_it_bulk_flags_every_match_in_chunks_and_counts_only_changes(editor, admin_user, settings):
+    settings.STUDIO_BULK_FLAG_CHUNK = 3  # 10 turns to change: 4 chunks
     first, second = _played(5, seeds=(1, 2))
     already = first.turns.get(index=0)
     services_review.turn_flag(turn=already, flagged=True, user=admin_user)
-    turns = turns_filtered(filters=TurnFilters(batch_id=first.batch_id))
-    changed = services_review.turns_bulk_flag(turns=turns, flagged=True, user=editor)
+    job = services_review.turn_bulk_flag_start(
+        filters=TurnFilters(batch_id=first.batch_id), flagged=True, user=editor
+    )
     total = first.turns.count() + second.turns.count()
-    assert changed == total - 1
-    assert Turn.objects.filter(flagged=True).count() == total
+    assert total == 10
+    assert (job.status, job.total, job.total_estimated) == ("pending", 9, False)
+    assert not Turn.objects.filter(flagged=True).exclude(id=already.id).exists()  # not yet
+    assert services_review.turn_bulk_flag_run(job_id=job.id) == "done"
+    job.refresh_from_db()
+    assert (job.status, job.changed, job.percent) == ("done", 9, 100)
+    assert job.last_turn_id == max(Turn.objects.values_list("id", flat=True))
+    assert Turn.objects.filter(flagged=True).count() == 10
     already.refresh_from_db()
     assert already.reviewed_by == admin_user  # untouched: it was flagged already
-    unflagged = services_review.turns_bulk_flag(
-        turns=turns_filtered(filters=TurnFilters(flagged="only")), flagged=False, user=editor
+    assert set(Turn.objects.exclude(id=already.id).values_list("reviewed_by", flat=True)) == {
+        editor.id
+    }
+    # Delivered again: the row says done, nothing runs twice.
+    assert services_review.turn_bulk_flag_run(job_id=job.id) == "done_already"
+    undo = services_review.turn_bulk_flag_start(
+        filters=TurnFilters(flagged="only"), flagged=False, user=editor
     )
-    assert unflagged == total
+    assert services_review.turn_bulk_flag_run(job_id=undo.id) == "done"
+    undo.refresh_from_db()
+    assert undo.changed == 10
     assert not Turn.objects.filter(flagged=True).exists()
+
+
+def test_it_resumes_a_bulk_flag_whose_worker_died_after_its_last_chunk(editor, settings):
+    settings.STUDIO_BULK_FLAG_CHUNK = 4
+    (episode,) = _played(12)
+    job = services_review.turn_bulk_flag_start(filters=TurnFilters(), flagged=True, user=editor)
+    ids = list(episode.turns.order_by("id").values_list("id", flat=True))
+    # A worker flagged the first 4 turns, saved its progress and died.
+    Turn.objects.filter(id__in=ids[:4]).update(flagged=True)
+    stale = timezone.now() - services_review.BULK_FLAG_STALE_AFTER - timedelta(seconds=1)
+    TurnBulkFlag.objects.filter(id=job.id).update(
+        status="running", claim_token="dead", heartbeat_at=stale, changed=4, last_turn_id=ids[3]
+    )
+    assert services_review.turn_bulk_flag_run(job_id=job.id) == "done"
+    job.refresh_from_db()
+    assert (job.changed, job.status) == (12, "done")
+    assert Turn.objects.filter(flagged=True).count() == 12
+    # A fresh claim is respected: a second delivery steps back.
+    running = services_review.turn_bulk_flag_start(
+        filters=TurnFilters(), flagged=False, user=editor
+    )
+    TurnBulkFlag.objects.filter(id=running.id).update(
+        status="running", claim_token="alive", heartbeat_at=timezone.now()
+    )
+    assert services_review.turn_bulk_flag_run(job_id=running.id) == "busy"
+    assert Turn.objects.filter(flagged=True).count() == 12
 
 
 def test_it_filters_turns_by_unlocked_achievement_error_and_model(editor):
@@ -103,3 +148,20 @@ def test_it_reads_the_frame_steps_of_image_parts():
     assert request_image_steps(messages) == [4, 5]
     assert request_image_steps([]) == []
     assert request_image_steps("garbage") == []
+
+
+def test_it_sends_again_a_bulk_flag_whose_message_never_left(celery_worker, editor):
+    (episode,) = _played(6)
+    # As if the broker was down when it was asked for: pending, never handed over.
+    job = TurnBulkFlag.objects.create(filters={}, flagged=True, total=6, created_by=editor)
+    TurnBulkFlag.objects.filter(id=job.id).update(created_at=timezone.now() - timedelta(minutes=5))
+    assert services_review.turn_bulk_flags_requeue() == 1
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status == "done":
+            break
+        time.sleep(0.05)
+    assert (job.status, job.changed) == ("done", 6) and job.enqueued_at is not None
+    assert episode.turns.filter(flagged=True).count() == 6
+    assert services_review.turn_bulk_flags_requeue() == 0  # nothing waits any more

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
 from rollouts import services
-from rollouts.models import Episode, RolloutBatch, Turn
+from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.rollout_settings import RolloutSettings
 
 HOSTILE = "<script>alert(1)</script>"
@@ -126,11 +128,13 @@ def test_it_flags_and_unflags_a_turn_over_htmx(editor_client, editor, episode):
     assert json.loads(response["HX-Trigger"]) == {
         "studio:turn-reviewed": {"id": turn.id, "flagged": True, "note_length": 0}
     }
-    assert "flagged" in response.content.decode()
+    # The button now offers to unflag (the template's "flagged" in hx-vals is always there).
+    assert 'aria-pressed="true"' in response.content.decode()
     turn.refresh_from_db()
     assert turn.flagged is True
     assert turn.reviewed_by == editor
     response = editor_client.post(url, {"flagged": "0"}, HTTP_HX_REQUEST="true")
+    assert 'aria-pressed="false"' in response.content.decode()
     turn.refresh_from_db()
     assert turn.flagged is False
     assert editor_client.post(url, {"flagged": "maybe"}).status_code == 400
@@ -141,7 +145,7 @@ def test_it_saves_a_note_and_redirects_plain_forms_back_to_the_turn(editor_clien
     url = reverse("rollouts:turn_note", args=[turn.id])
     response = editor_client.post(url, {"note": "  stuck on a tree  "}, HTTP_HX_REQUEST="true")
     assert response.status_code == 200
-    assert "Note saved" in response.content.decode()
+    assert "Note saved (15 characters)." in response.content.decode()
     turn.refresh_from_db()
     assert turn.note == "stuck on a tree"
     response = editor_client.post(url, {"note": "plain form", "next": "https://evil.example/"})
@@ -266,8 +270,11 @@ def test_it_enforces_csrf_on_flags_notes_bulk_and_batches(editor, episode):
 
     # The page hands the token to htmx through <body hx-headers>; with it the flag is stored.
     page = csrf_client.get(reverse("rollouts:episode_detail", args=[episode.id]))
-    token = page.cookies["csrftoken"].value
-    assert "X-CSRFToken" in page.content.decode()
+    # The token htmx sends is the one in the page, not the cookie's: a page that rendered an
+    # empty or wrong token would fail here.
+    headers = re.search(r"<body hx-headers='([^']*)'", page.content.decode())
+    token = json.loads(headers.group(1))["X-CSRFToken"]
+    assert token
     response = csrf_client.post(
         flag_url, {"flagged": "1"}, HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token
     )
@@ -391,7 +398,7 @@ def test_it_sorts_a_batchs_episodes_and_shows_its_score(viewer_client, db):
     assert rates["place_table"] == pytest.approx(100 / 3)
     # exp((ln(1 + 200/3) + ln(1 + 100/3)) / 22) - 1 = 0.4223..., in percent, by hand.
     assert response.context["score"] == "0.42%"
-    assert "bar-fill" in response.content.decode()
+    assert 'class="bar-fill" style="width: 66.7%"' in response.content.decode()
     assert viewer_client.get(reverse("rollouts:batch_detail", args=[10**9])).status_code == 404
 
 
@@ -441,7 +448,7 @@ def test_it_filters_the_turn_list(viewer_client, db):
     )
     Turn.objects.filter(episode=second, index=7).update(error="timeout", error_kind="timeout")
     url = reverse("rollouts:turn_list")
-    count = lambda **q: viewer_client.get(url, q).context["page"].paginator.count  # noqa: E731
+    count = lambda **q: viewer_client.get(url, q).context["count"].value  # noqa: E731
     assert count() == 60
     assert count(batch=first.batch_id) == 60
     assert count(flagged="only") == 1
@@ -454,35 +461,138 @@ def test_it_filters_the_turn_list(viewer_client, db):
     assert response.status_code == 200
     assert response.context["page"] is None
     assert "achievement" in response.context["form"].errors
-    page_two = viewer_client.get(url, {"flagged": "exclude", "page": 2})
-    assert len(page_two.context["page"]) == 9
-    assert "flagged=exclude&amp;page=1" in page_two.content.decode()
+    # Pages follow cursors (keyset), and keep the filters: 59 turns are 50 + 9.
+    page_one = viewer_client.get(url, {"flagged": "exclude"})
+    shown = [(t.episode_id, t.index) for t in page_one.context["page"]]
+    first_rest = [(first.id, i) for i in range(30) if i != 4]  # turn 4 is flagged
+    assert shown == [(second.id, i) for i in range(30)] + first_rest[:20]
+    next_link = re.search(r'href="\?([^"]*)" rel="next"', page_one.content.decode())
+    assert next_link.group(1).startswith("flagged=exclude&amp;after=")
+    page_two = viewer_client.get(f"{url}?{next_link.group(1).replace('&amp;', '&')}")
+    shown_two = [(t.episode_id, t.index) for t in page_two.context["page"]]
+    assert shown_two == first_rest[20:]
+    assert 'rel="next"' not in page_two.content.decode()
+    prev_link = re.search(r'href="\?([^"]*)" rel="prev"', page_two.content.decode())
+    back = viewer_client.get(f"{url}?{prev_link.group(1).replace('&amp;', '&')}")
+    assert [(t.episode_id, t.index) for t in back.context["page"]] == shown
+    assert 'rel="prev"' not in back.content.decode()
+    # A forged cursor is the first page, not an error.
+    forged = viewer_client.get(url, {"flagged": "exclude", "after": "%00' OR 1=1"})
+    assert [(t.episode_id, t.index) for t in forged.context["page"]] == shown
 
 
-def test_it_bulk_flags_every_matching_turn_after_a_confirmation(editor_client, editor, db):
+def test_it_pages_a_sorted_turn_list_by_cursor_through_ties(viewer_client, db):
+    _played(30, seeds=(1, 2))
+    for turn in Turn.objects.all():
+        Turn.objects.filter(id=turn.id).update(reward=float(turn.index % 3))
+    # Sorted here, not by the code under test: reward descending, then episode, then turn.
+    expected = sorted(
+        Turn.objects.values_list("reward", "episode_id", "index"),
+        key=lambda t: (-t[0], t[1], t[2]),
+    )
+    url = reverse("rollouts:turn_list")
+    seen, query = [], {"sort": "-reward"}
+    while True:
+        response = viewer_client.get(url, query)
+        seen += [(t.reward, t.episode_id, t.index) for t in response.context["page"]]
+        link = re.search(r'href="\?([^"]*)" rel="next"', response.content.decode())
+        if link is None:
+            break
+        query = dict(part.split("=", 1) for part in link.group(1).split("&amp;"))
+        assert query["sort"] == "-reward"  # the cursor keeps its order
+    assert seen == expected and len(seen) == 60
+
+
+def test_it_says_about_when_the_count_is_an_estimate(editor_client, settings, db):
+    _played(30, seeds=(1, 2))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE rollouts_turn")
+    settings.STUDIO_EXACT_COUNT_UP_TO = 10
+    page = editor_client.get(reverse("rollouts:turn_list"))
+    count = page.context["count"]
+    # 60 turns, past the bound of 10: the planner's estimate (60 once analysed), so marked.
+    assert (count.value, count.estimated) == (60, True)
+    assert 'about <strong data-count="turns" data-estimated="true">60</strong>' in (
+        page.content.decode()
+    )
+    confirm = editor_client.get(reverse("rollouts:turns_bulk_flag"), {"set_flagged": "1"})
+    assert "Flag about 60 turns?" in confirm.content.decode()
+    settings.STUDIO_EXACT_COUNT_UP_TO = 60
+    exact = editor_client.get(reverse("rollouts:turn_list")).content.decode()
+    assert '<strong data-count="turns">60</strong> turns match' in exact
+    assert 'data-estimated="true"' not in exact
+
+
+def test_it_bulk_flags_every_matching_turn_on_the_worker_after_a_confirmation(
+    client, editor, celery_worker
+):
+    client.force_login(editor)
+    editor_client = client
     first, _second = _played(40, seeds=(1, 2))
     other = _played(5, seeds=(9,))[0]
     url = reverse("rollouts:turns_bulk_flag")
     query = {"batch": first.batch_id, "set_flagged": "1"}
     confirm = editor_client.get(url, query)
     assert confirm.status_code == 200
-    assert confirm.context["count"] == 80  # both episodes, more than one page of 50
+    # Both episodes, more than one page of 50; exact (below the estimate threshold).
+    assert (confirm.context["count"].value, confirm.context["count"].estimated) == (80, False)
     assert "Flag 80 turns" in confirm.content.decode()
     assert not Turn.objects.filter(flagged=True).exists()  # a GET changes nothing
     done = editor_client.post(url, query)
     assert done.status_code == 302
-    assert done["Location"] == f"{reverse('rollouts:turn_list')}?batch={first.batch_id}"
+    job = TurnBulkFlag.objects.get()
+    assert done["Location"] == reverse("rollouts:turn_bulk_flag_detail", args=[job.id])
+    job = _wait_for(job)
+    assert (job.status, job.changed, job.total) == ("done", 80, 80)
     assert Turn.objects.filter(flagged=True).count() == 80
     assert not other.turns.filter(flagged=True).exists()
     assert set(Turn.objects.filter(flagged=True).values_list("reviewed_by", flat=True)) == {
         editor.id
     }
+    page = editor_client.get(done["Location"]).content.decode()
+    assert 'Flagged <span data-count="changed">80</span> turns.' in page
+    assert f'href="/turns/?batch={first.batch_id}"' in page
+    assert "hx-trigger" not in page  # done: no more polling
     undo = editor_client.post(url, {"flagged": "only", "set_flagged": "0"})
     assert undo.status_code == 302
+    assert _wait_for(TurnBulkFlag.objects.latest("id")).changed == 80
     assert not Turn.objects.filter(flagged=True).exists()
     assert editor_client.post(url, {"set_flagged": "maybe"}).status_code == 400
     assert editor_client.post(url, {"achievement": "nope", "set_flagged": "1"}).status_code == 400
-    assert not Turn.objects.filter(flagged=True).exists()
+    assert TurnBulkFlag.objects.count() == 2
+
+
+def test_it_shows_a_running_bulk_flags_progress_and_polls(editor_client, editor, db):
+    job = TurnBulkFlag.objects.create(
+        filters={"flagged": "exclude"},
+        flagged=True,
+        status="running",
+        total=2_000_000,
+        total_estimated=True,
+        changed=500_000,
+        created_by=editor,
+    )
+    url = reverse("rollouts:turn_bulk_flag_detail", args=[job.id])
+    page = editor_client.get(url).content.decode()
+    assert '<span data-count="changed">500,000</span> of about 2,000,000 turns (25%)' in page
+    assert 'hx-trigger="every 1s"' in page
+    assert 'href="/turns/?flagged=exclude"' in page
+    partial = editor_client.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert partial.startswith('<div id="bulk-flag-progress" data-status="running"')
+    assert (
+        editor_client.get(reverse("rollouts:turn_bulk_flag_detail", args=[10**9])).status_code
+        == 404
+    )
+
+
+def _wait_for(job: TurnBulkFlag) -> TurnBulkFlag:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status in ("done", "failed"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"bulk flag {job.id} still {job.status}")
 
 
 # --- frames ------------------------------------------------------------------------------

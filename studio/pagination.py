@@ -1,0 +1,182 @@
+"""Pages and counts that cost the same on page 1 and page 20,000, at any table size.
+
+* `keyset_page`: the rows after (or before) the last row shown, found through the ordering's
+  index with `WHERE (sort key, id) > (...)`, instead of `OFFSET n`, which reads and throws
+  away n rows. A page link carries a cursor (the sort values of the row it continues from),
+  not a page number.
+* `count_bounded`: an exact count while it is cheap (at most `exact_up_to` matching rows are
+  read), else PostgreSQL's planner estimate, marked as such for the page to say "about".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.db.models import Q, QuerySet
+
+# A cursor comes from the address bar: hostile until proven otherwise.
+MAX_CURSOR_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class KeysetPage:
+    rows: list[Any]
+    next_cursor: str | None  # rows after the last one shown; None on the last page
+    previous_cursor: str | None  # rows before the first one shown; None on the first page
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def keyset_page(
+    queryset: QuerySet,
+    *,
+    order: Sequence[str],
+    after: str | None = None,
+    before: str | None = None,
+    size: int,
+) -> KeysetPage:
+    """One page of `queryset` in `order` (which must end in a unique key, e.g. "id").
+
+    `after` / `before` are cursors from an earlier page; an invalid one gives the first page.
+    Sort fields must not be NULL (SQL compares NULL with nothing): coalesce them first.
+    """
+    fields = [(name.lstrip("-"), name.startswith("-")) for name in order]
+    after_values = _decode(after, len(fields))
+    before_values = None if after_values is not None else _decode(before, len(fields))
+    if before_values is not None:
+        # Walk backwards from the cursor, then put the page back in reading order.
+        reverse = [f"{'' if desc else '-'}{name}" for name, desc in fields]
+        qs = queryset.filter(_beyond(fields, before_values, backwards=True)).order_by(*reverse)
+        rows = list(qs[: size + 1])
+        has_more_before = len(rows) > size
+        rows = rows[:size][::-1]
+        return KeysetPage(
+            rows=rows,
+            next_cursor=_encode(rows[-1], fields) if rows else None,
+            previous_cursor=_encode(rows[0], fields) if rows and has_more_before else None,
+        )
+    qs = queryset.order_by(*order)
+    if after_values is not None:
+        qs = qs.filter(_beyond(fields, after_values, backwards=False))
+    rows = list(qs[: size + 1])
+    has_more = len(rows) > size
+    rows = rows[:size]
+    return KeysetPage(
+        rows=rows,
+        next_cursor=_encode(rows[-1], fields) if rows and has_more else None,
+        previous_cursor=_encode(rows[0], fields) if rows and after_values is not None else None,
+    )
+
+
+def _beyond(fields: list[tuple[str, bool]], values: list[Any], *, backwards: bool) -> Q:
+    """Rows strictly after `values` in the ordering (before, when `backwards`).
+
+    (a, b, c) > (x, y, z) is a > x, or a = x and b > y, or a = x and b = y and c > z, each
+    comparison turned around for a descending field.
+    """
+    condition = Q(pk__in=[])
+    equal = Q()
+    for (name, desc), value in zip(fields, values, strict=True):
+        lookup = "lt" if desc != backwards else "gt"
+        condition |= equal & Q(**{f"{name}__{lookup}": value})
+        equal &= Q(**{name: value})
+    # The same bound on the first field alone, redundant but index-shaped: PostgreSQL starts
+    # its index scan there instead of filtering every row before the cursor (measured: page
+    # 20,000 of a million turns went from ~950 ms to the cost of page 1).
+    first_name, first_desc = fields[0]
+    first_bound = Q(**{f"{first_name}__{'lte' if first_desc != backwards else 'gte'}": values[0]})
+    return first_bound & condition
+
+
+def _value_of(row: Any, name: str) -> Any:
+    value = row
+    for part in name.split("__"):
+        value = getattr(value, part)
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    return value
+
+
+def _encode(row: Any, fields: list[tuple[str, bool]]) -> str:
+    values = [_value_of(row, name) for name, _ in fields]
+    raw = json.dumps(values, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str | None, length: int) -> list[Any] | None:
+    if not cursor or len(cursor) > MAX_CURSOR_CHARS:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        values = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(values, list) or len(values) != length:
+        return None
+    for value in values:
+        # Scalars only; no NUL (PostgreSQL refuses it in text), no float('nan') tricks.
+        if isinstance(value, str) and ("\x00" in value or len(value) > 256):
+            return None
+        if isinstance(value, float) and value != value:  # NaN
+            return None
+        if not isinstance(value, str | int | float | bool):
+            return None
+    return values
+
+
+@dataclass(frozen=True)
+class BoundedCount:
+    value: int
+    estimated: bool  # True: the planner's estimate, the page says "about"
+
+    def __int__(self) -> int:
+        return self.value
+
+
+def count_bounded(queryset: QuerySet, *, exact_up_to: int | None = None) -> BoundedCount:
+    """Exact when at most `exact_up_to` rows match (default: the setting
+    STUDIO_EXACT_COUNT_UP_TO), else PostgreSQL's estimate.
+
+    The exact part reads at most `exact_up_to + 1` rows (`COUNT(*)` over a LIMITed subquery),
+    so its cost is bounded whatever the table size. Other databases (the SQLite demo) count
+    exactly.
+    """
+    if exact_up_to is None:
+        exact_up_to = settings.STUDIO_EXACT_COUNT_UP_TO
+    queryset = queryset.order_by()
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql":
+        return BoundedCount(queryset.count(), estimated=False)
+    exact = queryset[: exact_up_to + 1].count()
+    if exact <= exact_up_to:
+        return BoundedCount(exact, estimated=False)
+    return BoundedCount(round_estimate(max(planner_estimate(queryset), exact)), estimated=True)
+
+
+def round_estimate(n: int) -> int:
+    """1,234,567 -> 1,200,000: an estimate shown with more digits would claim precision."""
+    digits = len(str(n))
+    return round(n, -(digits - 2)) if digits > 2 else n
+
+
+def planner_estimate(queryset: QuerySet) -> int:
+    """Rows PostgreSQL's planner expects `queryset` to return (from its statistics)."""
+    sql, params = queryset.order_by().values("pk").query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
