@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from evaluation.selectors_training import batch_evaluation
 from rollouts import selectors, selectors_review, services, services_review
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.forms import (
@@ -158,6 +159,8 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "settings_rows": selectors.batch_settings_rows(batch=batch),
         "unfinished": batch.episodes_total - batch.episodes_finished,
         "can_review": request.user.has_perm(REVIEW_PERMISSION),
+        # Started by a training job's Evaluate: which job, and the comparison with its base.
+        "evaluation": batch_evaluation(batch=batch),
     }
     if request.htmx:
         return render(request, "rollouts/partials/batch_body.html", context)

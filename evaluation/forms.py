@@ -1,0 +1,37 @@
+"""The form behind a training job's "Evaluate": how many held-out seeds, on which endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from evaluation.services import MAX_HELD_OUT_SEEDS
+from studio.endpoints import endpoints_enabled
+from studio.models import Endpoint
+
+DEFAULT_HELD_OUT_SEEDS = 20
+
+
+class EvaluateForm(forms.Form):
+    count = forms.IntegerField(
+        initial=DEFAULT_HELD_OUT_SEEDS,
+        min_value=1,
+        max_value=MAX_HELD_OUT_SEEDS,
+        label="Held-out seeds",
+        help_text="The smallest seeds no episode of the training data played.",
+    )
+    # A choice among the endpoints an admin named, never a URL (as on the batch form).
+    endpoint = forms.ModelChoiceField(
+        queryset=Endpoint.objects.none(),
+        to_field_name="name",
+        empty_label="(choose)",
+        help_text="The model server that serves the fine-tuned model.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["endpoint"]
+        field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
+        default = field.queryset.filter(name="default").first()
+        field.initial = default.name if default is not None else None
