@@ -1,4 +1,5 @@
-"""The form behind a training job's "Evaluate": how many held-out seeds, on which endpoint."""
+"""The form behind a training job's "Evaluate": how many held-out seeds, on which endpoint,
+how long each episode may last."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ class EvaluateForm(forms.Form):
         max_value=MAX_HELD_OUT_SEEDS,
         label="Held-out seeds",
         help_text="The smallest seeds no episode of the training data played.",
+    )
+    steps = forms.IntegerField(
+        initial=256,
+        min_value=1,
+        max_value=10_000,
+        help_text="Step limit of each episode; the base model's batch uses the same.",
     )
     # A choice among the endpoints an admin named, never a URL (as on the batch form).
     endpoint = forms.ModelChoiceField(

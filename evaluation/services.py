@@ -37,7 +37,13 @@ def _locked_job(job_id: int) -> TrainingJob:
 
 
 def evaluation_batch_create(
-    *, job: TrainingJob, endpoint: Endpoint, count: int, created_by=None, enqueue: bool = True
+    *,
+    job: TrainingJob,
+    endpoint: Endpoint,
+    count: int,
+    steps: int = 256,
+    created_by=None,
+    enqueue: bool = True,
 ) -> tuple[RolloutBatch, bool]:
     """Play the job's fine-tuned model on `count` held-out seeds; (batch, created).
 
@@ -65,6 +71,7 @@ def evaluation_batch_create(
                 model=job.fine_tuned_model,
                 endpoint_name=endpoint.name,
                 seeds=plan.seeds,
+                step_limit=steps,
                 status__in=_LIVE,
             )
             .order_by("-id")
@@ -76,6 +83,7 @@ def evaluation_batch_create(
             policy="openai",
             model=job.fine_tuned_model,
             seeds=tuple(plan.seeds),
+            steps=steps,
             name=f"Evaluate training job {job.id} (fine-tuned, {len(plan.seeds)} held-out seeds)",
             **endpoint_settings(endpoint),
         )

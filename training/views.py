@@ -81,6 +81,7 @@ def _detail_context(
         "evaluable": evaluable,
         "can_evaluate": can_evaluate,
         "evaluations": evaluation_selectors.job_evaluations(job=job),
+        "evaluate_form": evaluate_form,
     }
     if evaluable and can_evaluate:
         form = evaluate_form or EvaluateForm()
@@ -136,6 +137,7 @@ def job_evaluate(request: HttpRequest, job_id: int) -> HttpResponse:
                 job=job,
                 endpoint=form.cleaned_data["endpoint"],
                 count=form.cleaned_data["count"],
+                steps=form.cleaned_data["steps"],
                 created_by=request.user,
             )
         except evaluation_services.EvaluationError as exc:
