@@ -18,7 +18,7 @@ from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch, Turn
 
 FLAGGED_CHOICES = ("any", "only", "exclude")
-FORMATS = ("studio", "openai")
+FORMATS = ("studio", "openai", "synth")
 MAX_HISTORY_FRAMES = 9  # the current frame plus 9 is the provider's 10 images per row
 
 

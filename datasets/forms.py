@@ -111,7 +111,8 @@ class DatasetForm(forms.Form):
         choices=[(f, FORMAT_LABELS.get(f, f)) for f in FORMATS],
         initial="studio",
         help_text="Studio: rows with metadata. OpenAI: what OpenAI fine-tuning accepts (no "
-        "metadata, at least 10 rows, at most 10 images a row).",
+        "metadata, at least 10 rows, at most 10 images a row). Synth: what synth-ai's SFT "
+        "loader accepts (flat tools, metadata kept).",
     )
     val_fraction = forms.FloatField(
         min_value=0.0,

@@ -26,7 +26,7 @@ from typing import Any
 
 from rollouts.tools import INTERACT_MANY_TOOL, SYSTEM_PROMPT, tool_call
 
-ROW_FORMATS = ("studio", "openai")
+ROW_FORMATS = ("studio", "openai", "synth")
 PNG_DATA_URL_PREFIX = "data:image/png;base64,"
 
 
@@ -143,11 +143,13 @@ class RowBuilder:
             raise ValueError(f"format {row_format!r} is not one of {ROW_FORMATS}")
         self.load_png = load_png
         self.history_frames = history_frames
-        self.with_metadata = row_format == "studio"
+        self.with_metadata = row_format != "openai"
+        # synth-ai's SFT loader refuses OpenAI's nested tools ("tool 0 missing name").
+        self._tool_shape = tool_flat if row_format == "synth" else (lambda tool: tool)
         self.cache_size = cache_size
         self._images: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._tools_json: dict[str, str] = {dumps(DEFAULT_TOOLS): dumps(DEFAULT_TOOLS)}
-        self._default_tools_json = dumps(DEFAULT_TOOLS)
+        self._default_tools_json = dumps([self._tool_shape(tool) for tool in DEFAULT_TOOLS])
+        self._tools_json: dict[str, str] = {dumps(DEFAULT_TOOLS): self._default_tools_json}
         self._system_json: dict[str, str] = {}
         self._arguments: dict[tuple[str, ...], tuple[str, str]] = {}
         self._row_image_chars = 0
@@ -253,7 +255,9 @@ class RowBuilder:
         if not episode.tools:
             return self._default_tools_json
         key = dumps(episode.tools)
-        return self._tools_json.setdefault(key, key)
+        if key not in self._tools_json:
+            self._tools_json[key] = dumps([self._tool_shape(tool) for tool in episode.tools])
+        return self._tools_json[key]
 
     # -- rows ----------------------------------------------------------------------------
 

@@ -302,6 +302,28 @@ def test_it_writes_openai_rows_without_metadata_and_they_pass(scripted_batch, tm
     assert result.summary["estimated_tokens"] == report.tokens > 90 * 255
 
 
+def test_it_writes_synth_rows_that_synth_ais_own_loader_accepts(scripted_batch, tmp_path):
+    from datasets.tests.reference import synth_ai_sft_data as synth_sft
+
+    studio_out, synth_out = tmp_path / "studio.jsonl", tmp_path / "synth.jsonl"
+    assert run("export_jsonl", "--output", str(studio_out)).code == 0
+    result = run("export_jsonl", "--output", str(synth_out), "--format", "synth")
+    assert result.code == 0, result.stderr
+    studio_rows, synth_rows = read_rows(studio_out), read_rows(synth_out)
+    assert len(synth_rows) == len(studio_rows) == 90
+    # The same rows and messages; only the tools change shape (SPEC section 5).
+    for studio_row, synth_row in zip(studio_rows, synth_rows, strict=True):
+        assert synth_row["messages"] == studio_row["messages"]
+        assert synth_row["metadata"] == studio_row["metadata"]
+        assert synth_row["tools"] == [INTERACT_MANY_TOOL["function"]]
+    synth_sft.validate_jsonl_or_raise(synth_out, min_messages=2)
+    examples = synth_sft.load_jsonl(synth_out)
+    assert len(examples) == 90 and examples[0].tools[0].name == "interact_many"
+    # The studio format's nested tools are what that loader refuses.
+    with pytest.raises(ValueError, match="tool 0 missing name"):
+        synth_sft.validate_jsonl_or_raise(studio_out)
+
+
 def test_it_refuses_too_few_rows_and_writes_nothing(scripted_batch, tmp_path):
     Turn.objects.filter(index__lt=3, episode__seed=1).update(flagged=True)
     (tmp_path / "out").mkdir()

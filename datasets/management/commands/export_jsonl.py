@@ -78,7 +78,12 @@ class Command(StudioCommand):
             "--val-output", metavar="PATH", help="default: OUTPUT with .val.jsonl as suffix"
         )
         parser.add_argument("--history-frames", type=int, metavar="K")
-        parser.add_argument("--format", choices=FORMATS)
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            help="studio (rows with metadata; default), openai (what OpenAI fine-tuning "
+            "accepts) or synth (synth-ai's SFT loader: flat tools, metadata kept)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         filters, export_options = self._filters(options)
