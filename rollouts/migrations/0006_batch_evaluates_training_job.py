@@ -5,16 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rollouts', '0005_episode_enqueued_at'),
-        ('training', '0001_training_jobs_and_events'),
+        ("rollouts", "0005_episode_enqueued_at"),
+        ("training", "0001_training_jobs_and_events"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='rolloutbatch',
-            name='evaluates',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='evaluation_batches', to='training.trainingjob'),
+            model_name="rolloutbatch",
+            name="evaluates",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="evaluation_batches",
+                to="training.trainingjob",
+            ),
         ),
     ]
