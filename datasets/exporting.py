@@ -62,6 +62,8 @@ _TURN_FIELDS = (
     "episode__batch_id",
     "episode__seed",
     "text_fallback",
+    # A reviewer's correction, if any (exported as the tool call; the original in metadata).
+    "relabel__actions",
 )
 _JSON_FIELDS = ("request_messages", "tool_calls", "actions", "achievements_unlocked")
 _SMALL_JSON = 256
@@ -92,6 +94,7 @@ def _record(values: tuple, parse: _JsonLists) -> TurnRecord:
         flagged=values[9],
         frame=FrameRef(values[10], values[11]),
         text_fallback=values[14],
+        relabel_actions=values[15],
     )
 
 

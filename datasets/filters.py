@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch, Turn
 
 FLAGGED_CHOICES = ("any", "only", "exclude")
+RELABELED_CHOICES = ("any", "only", "exclude")
 FORMATS = ("studio", "openai", "synth")
 MAX_HISTORY_FRAMES = 9  # the current frame plus 9 is the provider's 10 images per row
 
@@ -42,6 +43,10 @@ class DatasetFilters:
     # Turns whose actions were read from the model's prose (Turn.text_fallback) carry a tool
     # call the model never made: left out unless asked for, then marked in the metadata.
     include_text_fallback: bool = False
+    # Human in the loop: turns a reviewer corrected, and the replayed prefix of forks (the
+    # original's turns again: left out unless asked for).
+    relabeled: str = "any"
+    include_fork_prefix: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -73,6 +78,10 @@ class DatasetFilters:
         if self.flagged not in FLAGGED_CHOICES:
             raise FilterError(
                 f"flagged: {self.flagged!r} is not one of {', '.join(FLAGGED_CHOICES)}"
+            )
+        if self.relabeled not in RELABELED_CHOICES:
+            raise FilterError(
+                f"relabeled: {self.relabeled!r} is not one of {', '.join(RELABELED_CHOICES)}"
             )
         if any(b < 1 for b in self.batches):
             raise FilterError("batch: ids are positive integers")
@@ -201,7 +210,15 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
     if filters.exclude_errors:
         qs = qs.filter(error="", error_kind="")
     if not filters.include_text_fallback:
-        qs = qs.filter(text_fallback=False)
+        # A corrected turn's tool call is the reviewer's, not read from prose: it stays.
+        qs = qs.filter(Q(text_fallback=False) | Q(relabel__isnull=False))
+    # Human in the loop. A fork's first `fork_prefix_turns` turns replay its original.
+    if not filters.include_fork_prefix:
+        qs = qs.filter(index__gte=F("episode__fork_prefix_turns"))
+    if filters.relabeled == "only":
+        qs = qs.filter(relabel__isnull=False)
+    elif filters.relabeled == "exclude":
+        qs = qs.filter(relabel__isnull=True)
     return qs
 
 

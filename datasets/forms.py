@@ -99,6 +99,18 @@ class DatasetForm(forms.Form):
         "the text. Left out by default (the model made no tool call); included, they are "
         "marked metadata.text_fallback. Studio format only.",
     )
+    relabeled = forms.ChoiceField(
+        choices=[("any", "any"), ("only", "relabeled only"), ("exclude", "exclude relabeled")],
+        initial="any",
+        required=False,
+        label="Relabeled turns",
+        help_text="Turns a reviewer corrected export the correction as the tool call.",
+    )
+    include_fork_prefix = forms.BooleanField(
+        required=False,
+        label="Include forks' replayed turns",
+        help_text="A fork's turns before the fork point repeat its original; left out by default.",
+    )
     history_frames = forms.IntegerField(
         min_value=0,
         max_value=MAX_HISTORY_FRAMES,
@@ -168,6 +180,8 @@ class DatasetForm(forms.Form):
                 flagged=data.get("flagged") or "any",
                 exclude_errors=bool(data.get("exclude_errors")),
                 include_text_fallback=bool(data.get("include_text_fallback")),
+                relabeled=data.get("relabeled") or "any",
+                include_fork_prefix=bool(data.get("include_fork_prefix")),
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,

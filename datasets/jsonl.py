@@ -63,6 +63,8 @@ class TurnRecord:
     frame: FrameRef
     # Actions read from the model's prose: the tool call in the row is inferred, not made.
     text_fallback: bool = False
+    # The actions a reviewer says the turn should have taken (None: not relabeled).
+    relabel_actions: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -183,11 +185,17 @@ class RowBuilder:
         return part
 
     def _tool_calls(self, record: TurnRecord) -> str | None:
+        if record.relabel_actions:
+            # The correction is the answer: a person's choice, marked in the metadata.
+            return self._actions_call(record.relabel_actions, record)
         if record.tool_calls:
             return dumps(record.tool_calls)
         if not record.actions:
             return None
-        actions = tuple(record.actions)
+        return self._actions_call(record.actions, record)
+
+    def _actions_call(self, action_list: list[str], record: TurnRecord) -> str:
+        actions = tuple(action_list)
         template = self._arguments.get(actions)
         if template is None:
             # One source for the call's shape: rollouts.tools.tool_call, with a placeholder id.
@@ -248,7 +256,18 @@ class RowBuilder:
             + ("true" if record.flagged else "false")
             + ', "split": '
             + encode_basestring(split)
-            + (', "text_fallback": true}' if record.text_fallback else "}")
+            # A corrected row's tool call is a person's choice, not one read from prose.
+            + (
+                ', "text_fallback": true'
+                if record.text_fallback and not record.relabel_actions
+                else ""
+            )
+            + (
+                ', "relabeled": {"original_actions": ' + dumps(list(record.actions)) + "}"
+                if record.relabel_actions
+                else ""
+            )
+            + "}"
         )
 
     def _tools(self, episode: EpisodeContext) -> str:
@@ -269,7 +288,9 @@ class RowBuilder:
         else:
             messages = self._rebuilt_messages(record, episode, images)
         tool_calls = self._tool_calls(record)
-        content = "null" if record.model_text is None else encode_basestring(record.model_text)
+        # A relabeled row's answer is the correction: the model's text is not part of it.
+        text = None if record.relabel_actions else record.model_text
+        content = "null" if text is None else encode_basestring(text)
         assistant = '{"role": "assistant", "content": ' + content
         if tool_calls is not None:
             assistant += ', "tool_calls": ' + tool_calls
@@ -292,7 +313,7 @@ class RowBuilder:
             images=tuple(images),
             user_has_image=user_image,
             assistant_has_image=assistant_image,
-            has_answer=bool(record.model_text) or tool_calls is not None,
+            has_answer=bool(text) or tool_calls is not None,
             image_chars=self._row_image_chars,
         )
 

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnRelabel
 
 
 @admin.register(RolloutBatch)
@@ -36,7 +36,7 @@ class EpisodeAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "batch__policy"]
     search_fields = ["batch__name", "seed"]
-    raw_id_fields = ["batch"]
+    raw_id_fields = ["batch", "forked_from"]
 
 
 @admin.register(Frame)
@@ -52,3 +52,10 @@ class TurnAdmin(admin.ModelAdmin):
     list_filter = ["flagged", "error_kind", "text_fallback"]
     search_fields = ["note", "model_text"]
     raw_id_fields = ["episode", "frame", "reviewed_by"]
+
+
+@admin.register(TurnRelabel)
+class TurnRelabelAdmin(admin.ModelAdmin):
+    list_display = ["id", "turn", "actions", "labeled_by", "labeled_at"]
+    search_fields = ["reason"]
+    raw_id_fields = ["turn", "labeled_by"]

@@ -16,6 +16,7 @@ per call. The worlds are stock crafter's, bit for bit.
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 from dataclasses import dataclass
@@ -54,6 +55,30 @@ ACTIONS: tuple[str, ...] = (
 )
 ACTION_INDEX: dict[str, int] = {name: i for i, name in enumerate(ACTIONS)}
 assert tuple(constants.actions) == ACTIONS, "crafter changed its action list"
+
+# crafter's own key map (crafter/run_gui.py), as browser `KeyboardEvent.key` values, plus
+# `n` for noop (crafter's window plays noop when no key is down). The play page and the
+# relabel picker of the episode viewer both use it.
+KEY_MAP: tuple[tuple[str, str], ...] = (
+    ("w", "move_up"),
+    ("a", "move_left"),
+    ("s", "move_down"),
+    ("d", "move_right"),
+    (" ", "do"),
+    ("Tab", "sleep"),
+    ("r", "place_stone"),
+    ("t", "place_table"),
+    ("f", "place_furnace"),
+    ("p", "place_plant"),
+    ("1", "make_wood_pickaxe"),
+    ("2", "make_stone_pickaxe"),
+    ("3", "make_iron_pickaxe"),
+    ("4", "make_wood_sword"),
+    ("5", "make_stone_sword"),
+    ("6", "make_iron_sword"),
+    ("n", "noop"),
+)
+assert sorted(a for _, a in KEY_MAP) == sorted(ACTIONS), "every action has one key"
 
 ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(constants.achievements))
 VITALS: tuple[str, ...] = ("health", "food", "drink", "energy")
@@ -166,6 +191,24 @@ class StudioEnv(crafter.Env):
             if away:
                 self._world.remove(obj)
 
+    # --- snapshots (the play page keeps a game between key presses) ----------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The textures are shared by the process and cost ~190 ms to load: a snapshot leaves
+        # them out (it is then ~35 KB at step 1,000) and takes the process's own when loaded.
+        state = self.__dict__.copy()
+        state["_textures"] = None
+        state["_local_view"] = _without_textures(self._local_view)
+        state["_item_view"] = _without_textures(self._item_view)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        textures = _shared_textures()
+        self._textures = textures
+        self._local_view._textures = textures
+        self._item_view._textures = textures
+
     # --- what the studio records about the game -------------------------------------------
 
     @property
@@ -237,6 +280,12 @@ def text_observation(env: StudioEnv) -> str:
     )
 
 
+def _without_textures(view: Any) -> Any:
+    clone = copy.copy(view)
+    clone._textures = None
+    return clone
+
+
 @functools.cache
 def _shared_textures() -> engine.Textures:
     return engine.Textures(constants.root / "assets")
@@ -281,6 +330,7 @@ __all__ = [
     "ACHIEVEMENTS",
     "ACTIONS",
     "ACTION_INDEX",
+    "KEY_MAP",
     "StudioEnv",
     "decode_png",
     "encode_png",

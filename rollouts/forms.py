@@ -242,7 +242,7 @@ class TurnFilterForm(forms.Form):
         label="Unlocked",
     )
     policy = forms.ChoiceField(
-        choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported"))], required=False
+        choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported", "human"))], required=False
     )
     seed = forms.IntegerField(required=False, min_value=0)
     reward = forms.ChoiceField(

@@ -20,6 +20,7 @@ class RolloutBatch(models.Model):
         RANDOM = "random"
         OPENAI = "openai"
         IMPORTED = "imported"
+        HUMAN = "human"
 
     name = models.CharField(max_length=200, blank=True)
     policy = models.CharField(max_length=20, choices=Policy.choices)
@@ -132,6 +133,15 @@ class Episode(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
+    # A fork replays `forked_from`'s executed actions up to turn `forked_at_turn`, then plays
+    # on with its own policy. Its first `fork_prefix_turns` turns are that replay (plus, for a
+    # fork "with the correction", the corrected turn): exports leave them out by default.
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    forked_at_turn = models.PositiveIntegerField(null=True, blank=True)
+    fork_prefix_turns = models.PositiveIntegerField(default=0)
+    fork_with_correction = models.BooleanField(default=False)
     attempts = models.PositiveSmallIntegerField(default=0)
     claim_token = models.CharField(max_length=64, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -218,3 +228,22 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"Turn {self.index} of episode {self.episode_id}"
+
+
+class TurnRelabel(models.Model):
+    """The actions a reviewer says a turn should have taken; the turn itself is kept as is."""
+
+    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="relabel")
+    actions = models.JSONField(default=list)
+    reason = models.TextField(blank=True)
+    labeled_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    labeled_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn_id"]
+
+    def __str__(self) -> str:
+        return f"Relabel of turn {self.turn_id}: {' '.join(self.actions)}"

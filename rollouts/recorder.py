@@ -29,6 +29,45 @@ class ClaimLost(Exception):
     """Another worker owns this episode now; this one must stop writing."""
 
 
+class ForkDiverged(Exception):
+    """A fork's replay did not give the original's frames: determinism is guarded, not assumed."""
+
+
+# Fields of an original turn that a fork's replayed prefix copies: what was decided, and how.
+FORK_COPIED_FIELDS = (
+    "observation_text",
+    "request_messages",
+    "model_text",
+    "reasoning_text",
+    "tool_calls",
+    "error",
+    "error_kind",
+    "finish_reason",
+    "text_fallback",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "retries",
+    "truncated",
+)
+
+
+@dataclass(frozen=True)
+class ForkPrefix:
+    """What a fork replays: the original's turns before the fork point and its frame hashes.
+
+    `turns` are the original's turns 0..K-1 (FORK_COPIED_FIELDS plus "actions"); every frame
+    the replay produces up to `fork_step` must have the sha256 in `frame_sha256` for its step.
+    `correction`, when set, is played as turn K (a person's corrected actions).
+    """
+
+    source_episode_id: int
+    turns: list[dict]
+    frame_sha256: dict[int, str]
+    fork_step: int
+    correction: tuple[str, ...] | None = None
+
+
 @dataclass
 class EpisodeTotals:
     steps: int = 0
@@ -78,8 +117,13 @@ class EpisodeRecorder:
         policy: Policy,
         claim_token: str,
         store: FrameStore | None = None,
+        prefix: ForkPrefix | None = None,
+        prefix_only: bool = False,
     ) -> None:
         self.episode = episode
+        self.prefix = prefix
+        # Record the fork's replayed prefix and stop (a person plays on in the browser).
+        self.prefix_only = prefix_only
         self.settings = settings
         self.policy = policy
         self.claim_token = claim_token
@@ -97,7 +141,10 @@ class EpisodeRecorder:
     def play(self) -> EpisodeTotals:
         try:
             return self._play()
-        except ClaimLost:
+        except (ClaimLost, ForkDiverged):
+            # A diverged replay writes nothing: the fork's prefix is never flushed before
+            # it has been checked whole.
+            self.store.take_staged()
             raise
         except BaseException:
             self._save_what_was_played()
@@ -120,6 +167,11 @@ class EpisodeRecorder:
         unlocked: set[str] = set()
         done = False
         turn_index = 0
+        if self.prefix is not None:
+            frame, png, turn_index, done = self._replay_prefix(env, frame, png, history, unlocked)
+        if self.prefix_only:
+            self.flush(final=True)
+            return self.totals
         while not done:
             observation = Observation(
                 seed=int(episode.seed),
@@ -134,24 +186,9 @@ class EpisodeRecorder:
             decision = self.policy.decide(observation)
             self.totals.add_decision(decision)
             actions = decision.actions or ([] if decision.end_episode else ["noop"])
-            executed: list[str] = []
-            reward = 0.0
-            new_unlocks: list[str] = []
-            next_frame, next_png = frame, png
-            for action in actions:
-                pixels, step_reward, done, info = env.step(ACTION_INDEX[action])
-                executed.append(action)
-                reward += float(step_reward)
-                for name, count in info["achievements"].items():
-                    if count > 0 and name not in unlocked:
-                        unlocked.add(name)
-                        new_unlocks.append(name)
-                        self.totals.achievements[name] = env.step_count
-                next_frame, next_png = self._add_frame(env, pixels)
-                if done:
-                    break
-            self.totals.steps = env.step_count
-            self.totals.total_reward += reward
+            executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
+                env, actions, frame, png, unlocked
+            )
             self._turns.append(
                 Turn(
                     episode=episode,
@@ -185,6 +222,111 @@ class EpisodeRecorder:
                 self.flush()
         self.flush(final=True)
         return self.totals
+
+    def _execute(
+        self, env: StudioEnv, actions: list[str], frame: Frame, png: bytes, unlocked: set[str]
+    ) -> tuple[list[str], float, list[str], Frame, bytes, bool]:
+        """Run a turn's actions in order, stopping when the game ends."""
+        executed: list[str] = []
+        reward = 0.0
+        new_unlocks: list[str] = []
+        done = False
+        for action in actions:
+            pixels, step_reward, done, info = env.step(ACTION_INDEX[action])
+            executed.append(action)
+            reward += float(step_reward)
+            for name, count in info["achievements"].items():
+                if count > 0 and name not in unlocked:
+                    unlocked.add(name)
+                    new_unlocks.append(name)
+                    self.totals.achievements[name] = env.step_count
+            frame, png = self._add_frame(env, pixels)
+            if self.prefix is not None and frame.step <= self.prefix.fork_step:
+                self._check_replayed(frame)
+            if done:
+                break
+        self.totals.steps = env.step_count
+        self.totals.total_reward += reward
+        return executed, reward, new_unlocks, frame, png, done
+
+    def _check_replayed(self, frame: Frame) -> None:
+        assert self.prefix is not None
+        expected = self.prefix.frame_sha256.get(frame.step)
+        if expected != frame.sha256:
+            source = self.prefix.source_episode_id
+            raise ForkDiverged(
+                f"fork diverged: the replayed frame at step {frame.step} has sha256 "
+                f"{frame.sha256}, episode {source}'s "
+                + (f"has {expected}" if expected else "is missing")
+            )
+
+    def _replay_prefix(
+        self,
+        env: StudioEnv,
+        frame: Frame,
+        png: bytes,
+        history: deque[PastTurn],
+        unlocked: set[str],
+    ) -> tuple[Frame, bytes, int, bool]:
+        """Replay the original's turns before the fork point, then the correction if any.
+
+        Nothing is written here: the replay is checked whole (every frame's sha256 against
+        the original's) before the first chunk goes out. Frames are stored by sha256, so the
+        prefix adds rows but no image files. Its model calls were the original's: not counted.
+        """
+        assert self.prefix is not None
+        self._check_replayed(frame)
+        done = False
+        index = 0
+        for index, source in enumerate(self.prefix.turns):
+            if done:
+                raise ForkDiverged(
+                    f"fork diverged: the replayed game ended at turn {index - 1}, before the fork"
+                )
+            executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
+                env, list(source["actions"]), frame, png, unlocked
+            )
+            self._turns.append(
+                Turn(
+                    episode=self.episode,
+                    index=index,
+                    frame=frame,
+                    actions=executed,
+                    reward=reward,
+                    achievements_unlocked=new_unlocks,
+                    **{name: source[name] for name in FORK_COPIED_FIELDS},
+                )
+            )
+            history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
+            frame, png = next_frame, next_png
+        turn_index = len(self.prefix.turns)
+        if frame.step != self.prefix.fork_step:
+            raise ForkDiverged(
+                f"fork diverged: the replay reached step {frame.step}, the fork point is step "
+                f"{self.prefix.fork_step}"
+            )
+        if self.prefix.correction and not done:
+            observation = text_observation(env)
+            executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
+                env, list(self.prefix.correction), frame, png, unlocked
+            )
+            # A person chose these actions: the turn carries no model text.
+            self._turns.append(
+                Turn(
+                    episode=self.episode,
+                    index=turn_index,
+                    frame=frame,
+                    observation_text=observation,
+                    model_text=None,
+                    actions=executed,
+                    reward=reward,
+                    achievements_unlocked=new_unlocks,
+                )
+            )
+            history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
+            frame, png = next_frame, next_png
+            turn_index += 1
+        return frame, png, turn_index, done
 
     def _add_frame(self, env: StudioEnv, pixels) -> tuple[Frame, bytes]:
         encoded = encode_png(pixels)

@@ -10,6 +10,8 @@ from typing import Any
 from rollouts.crafter_env import ACTIONS
 
 POLICIES = ("scripted", "random", "openai")
+# `human` games are played in the browser (rollouts.services_play), never by a worker.
+HUMAN_POLICY = "human"
 DEFAULT_SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
 OBSERVATION_MODES = ("image_text", "image", "text")
 IMAGE_DETAILS = ("auto", "low", "high")
@@ -118,7 +120,7 @@ class RolloutSettings:
                 found.append((field_name, message))
 
         check(
-            self.policy in POLICIES,
+            self.policy in (*POLICIES, HUMAN_POLICY),
             "policy",
             f"{self.policy!r} is not one of {', '.join(POLICIES)}",
         )

@@ -136,6 +136,11 @@ def episode_view(*, episode_id: int) -> EpisodeView:
             "flagged",
             "note",
             "truncated",
+            # A reviewer's correction, if any (one LEFT JOIN, not a query per turn).
+            "relabel__actions",
+            "relabel__reason",
+            "relabel__labeled_by__username",
+            "relabel__labeled_at",
         )
     )
     for row in rows:
@@ -171,6 +176,7 @@ def episode_view(*, episode_id: int) -> EpisodeView:
                 "flagged": row["flagged"],
                 "note": row["note"],
                 "truncated": row["truncated"],
+                "relabel": _relabel(row),
             }
         )
         clip_for_page(turns[-1])
@@ -234,6 +240,17 @@ def turn_text(*, turn_id: int, field: str) -> str:
     if column == "tool_calls":
         return turn_tool_calls_text(value)
     return value or ""
+
+
+def _relabel(row: dict[str, Any]) -> dict[str, Any] | None:
+    if row["relabel__actions"] is None:
+        return None
+    return {
+        "actions": row["relabel__actions"],
+        "reason": row["relabel__reason"],
+        "by": row["relabel__labeled_by__username"] or "",
+        "at": row["relabel__labeled_at"].isoformat(timespec="seconds"),
+    }
 
 
 def request_image_steps(messages: Any) -> list[int]:

@@ -16,7 +16,7 @@ from rollouts.crafter_env import library_versions
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals
+from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals, ForkDiverged
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
 from studio import queue
@@ -79,6 +79,8 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     """
     from rollouts.tasks import episode_run
 
+    if batch.policy == RolloutBatch.Policy.HUMAN:
+        return 0  # a person plays these, in the browser
     ids = list(
         batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
         .order_by("seed")
@@ -94,6 +96,8 @@ def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
     """Run again what did not finish: failed or canceled episodes start afresh, pending ones
     and running ones whose worker died (stale heartbeat) are sent again. `rollout --resume`
     and the batch page's Resume. Returns how many episodes are left to play."""
+    if batch.policy == RolloutBatch.Policy.HUMAN:
+        return 0  # a person's game is played on in the browser, or forked
     with transaction.atomic():
         locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
         # Their partial rows are replaced when replayed (episode_run, attempts > 1).
@@ -199,14 +203,24 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
             Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
     try:
+        prefix = _fork_prefix(episode)
+    except ValueError as exc:  # ForkError: the fork point is gone
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
+    try:
         policy = build_policy(settings, seed=int(episode.seed), cli_api_key=cli_api_key)
     except PolicyUnavailable as exc:
         batch_fail(batch=episode.batch, error=str(exc))
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
         return "failed"
-    recorder = EpisodeRecorder(episode=episode, settings=settings, policy=policy, claim_token=token)
+    recorder = EpisodeRecorder(
+        episode=episode, settings=settings, policy=policy, claim_token=token, prefix=prefix
+    )
     try:
         totals = recorder.play()
+    except ForkDiverged as exc:
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
     except ClaimLost:
         logger.warning("episode %s: claim lost, leaving it to its new owner", episode_id)
         return "claim_lost"
@@ -229,6 +243,14 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
         policy.close()
     episode_finish(episode=episode, claim_token=token, totals=totals)
     return "finished"
+
+
+def _fork_prefix(episode: Episode):
+    if episode.forked_at_turn is None:
+        return None
+    from rollouts.services_fork import fork_prefix_of
+
+    return fork_prefix_of(episode=episode)
 
 
 def episode_finish(*, episode: Episode, claim_token: str, totals) -> None:
@@ -312,13 +334,16 @@ def episodes_requeue_stale() -> int:
 
     stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
     ids = list(
-        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale).values_list(
-            "id", flat=True
-        )
+        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
+        # A person's game waits for its player, however long: no worker can play it.
+        .exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+        .values_list("id", flat=True)
     )
     # Pending episodes whose message never left (broker down) or was lost with its data.
     ids += queue.waiting_ids(
-        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED),
+        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED).exclude(
+            batch__policy=RolloutBatch.Policy.HUMAN
+        ),
         created_field="batch__created_at",
     )
     return queue.resend(Episode, episode_run_task, ids)

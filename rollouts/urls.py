@@ -1,6 +1,6 @@
 from django.urls import path
 
-from rollouts import views
+from rollouts import views, views_play
 
 app_name = "rollouts"
 urlpatterns = [
@@ -15,5 +15,11 @@ urlpatterns = [
     path("turns/<int:turn_id>/flag/", views.turn_flag, name="turn_flag"),
     path("turns/<int:turn_id>/note/", views.turn_note, name="turn_note"),
     path("turns/<int:turn_id>/text/<str:field>/", views.turn_text, name="turn_text"),
+    path("turns/<int:turn_id>/relabel/", views_play.turn_relabel, name="turn_relabel"),
+    path("episodes/<int:episode_id>/fork/", views_play.episode_fork, name="episode_fork"),
+    path("play/new/", views_play.play_new, name="play_new"),
+    path("play/<int:episode_id>/", views_play.play, name="play"),
+    path("play/<int:episode_id>/step/", views_play.play_step, name="play_step"),
+    path("play/<int:episode_id>/end/", views_play.play_end, name="play_end"),
     path("frames/<str:sha256>.png", views.frame_image, name="frame_image"),
 ]

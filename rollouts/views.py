@@ -23,8 +23,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from evaluation.selectors_training import batch_evaluation
-from rollouts import selectors, selectors_review, services, services_review
-from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts import selectors, selectors_play, selectors_review, services, services_review
+from rollouts.crafter_env import ACHIEVEMENTS, KEY_MAP
 from rollouts.forms import (
     BatchCreateForm,
     BulkFlagForm,
@@ -32,6 +32,7 @@ from rollouts.forms import (
     TurnFilterForm,
     TurnNoteForm,
 )
+from rollouts.forms_play import ForkForm
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.scoring import crafter_score, score_text
@@ -179,6 +180,7 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         start = 0
     start = min(max(start, 0), max(len(view.turns) - 1, 0))
     can_review = request.user.has_perm(REVIEW_PERMISSION)
+    forks = selectors_play.episode_forks(episode_id=episode_id)
     config = {
         "turnIndex": start,
         "canReview": can_review,
@@ -186,6 +188,10 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         "flagUrl": reverse("rollouts:turn_flag", args=[0]),
         "noteUrl": reverse("rollouts:turn_note", args=[0]),
         "textUrl": reverse("rollouts:turn_text", args=[0, "model_text"]),
+        "relabelUrl": reverse("rollouts:turn_relabel", args=[0]),
+        "episodeUrl": reverse("rollouts:episode_detail", args=[0]),
+        "keys": [list(pair) for pair in KEY_MAP],
+        "forks": forks,
     }
     return render(
         request,
@@ -197,7 +203,10 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
             "frame_count": view.frame_count,
             "viewer_config": config,
             "can_review": can_review,
-            "unlocked": sorted(view.episode.achievements.items(), key=lambda kv: kv[1]),
+            "unlocked": selectors_play.unlocks_by_turn(turns=view.turns),
+            "forks": forks,
+            "fork_form": ForkForm(initial={"turn": start}),
+            "key_map": KEY_MAP,
         },
     )
 

@@ -12,6 +12,7 @@ from datasets.exporting import ExportEmpty, ExportRefused, export_count, export_
 from datasets.filters import (
     FLAGGED_CHOICES,
     FORMATS,
+    RELABELED_CHOICES,
     DatasetFilters,
     ExportOptions,
     FilterError,
@@ -32,6 +33,8 @@ _FILTER_FLAGS = (
     "include_assistant",
     "flagged",
     "include_text_fallback",
+    "relabeled",
+    "include_fork_prefix",
 )
 
 
@@ -72,6 +75,17 @@ class Command(StudioCommand):
             "--allow-empty",
             action="store_true",
             help="write the file even when no row matches (otherwise exit 1, nothing written)",
+        )
+        parser.add_argument(
+            "--relabeled",
+            choices=RELABELED_CHOICES,
+            help="turns a reviewer corrected: any (default), only them, or none of them",
+        )
+        parser.add_argument(
+            "--include-fork-prefix",
+            action="store_true",
+            default=None,
+            help="also export the turns a fork replays from its original",
         )
         parser.add_argument("--val-fraction", type=float, metavar="F")
         parser.add_argument(
@@ -152,6 +166,8 @@ class Command(StudioCommand):
                     include_assistant=bool(options["include_assistant"]),
                     flagged=options["flagged"] or "any",
                     include_text_fallback=bool(options["include_text_fallback"]),
+                    relabeled=options["relabeled"] or "any",
+                    include_fork_prefix=bool(options["include_fork_prefix"]),
                 )
                 saved = ExportOptions()
             # Flags given on the command line override the dataset's saved export options.

@@ -28,6 +28,18 @@
   const status = document.getElementById("review-status");
   // Notes sent and not yet confirmed, by turn id: applied when the server says it stored them.
   const pendingNotes = new Map();
+  const chart = document.getElementById("chart");
+  const zoom = document.getElementById("zoom");
+  const zoomImage = document.getElementById("zoom-image");
+  const editor = document.getElementById("relabel-editor");
+  const picked = document.getElementById("relabel-picked");
+  const reasonInput = document.getElementById("relabel-reason");
+  const forkForm = document.getElementById("fork-form");
+  const forkTurn = document.getElementById("fork-turn");
+  const forkCorrection = document.getElementById("fork-correction");
+  const keyActions = new Map((config.keys || []).map(([key, action]) => [key, action]));
+  const MAX_RELABEL = 8;
+  let picks = [];
   let cursor = 0;
 
   function frameUrl(sha) {
@@ -145,7 +157,10 @@
     if (turn.finish_reason) meta.push("finish: " + turn.finish_reason);
     if (turn.text_fallback) meta.push("actions parsed from text");
     setText("meta", meta.join(" · "));
+    renderRelabel(turn);
     renderReview(turn);
+    moveChartCursor();
+    if (!zoom.hidden) zoomImage.src = mainImage.src;
     thumbs.forEach((thumb, i) => thumb.classList.toggle("current", i === cursor));
     thumbs[cursor].scrollIntoView({ block: "nearest", inline: "center" });
     history.replaceState(null, "", "?turn=" + cursor);
@@ -180,6 +195,214 @@
       });
       target.after(button);
     }
+  }
+
+  function renderRelabel(turn) {
+    const relabel = turn.relabel;
+    section("relabel", Boolean(relabel));
+    chips("relabel", relabel ? relabel.actions : [], "action ok");
+    setText("relabel_meta", relabel ? "by " + (relabel.by || "?") + ", " + relabel.at.slice(0, 16).replace("T", " ") + " UTC" : "");
+    setText("relabel_reason", relabel ? relabel.reason : "");
+    if (forkTurn) forkTurn.value = String(turn.index);
+    if (forkCorrection) {
+      forkCorrection.disabled = !relabel;
+      if (!relabel) forkCorrection.checked = false;
+    }
+  }
+
+  // --- relabel: pick the actions the turn should have taken, with the play page's keys ---
+
+  function csrfToken() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function renderPicks() {
+    picked.replaceChildren();
+    for (const action of picks) {
+      const chip = document.createElement("span");
+      chip.className = "chip action";
+      chip.textContent = action;
+      picked.appendChild(chip);
+    }
+    if (!picks.length) {
+      const hint = document.createElement("span");
+      hint.className = "muted small";
+      hint.textContent = "no action picked yet";
+      picked.appendChild(hint);
+    }
+  }
+
+  function openEditor() {
+    if (!config.canReview || !editor) {
+      say("You can look; relabeling needs the review permission.", true);
+      return;
+    }
+    const turn = turns[cursor];
+    picks = turn.relabel ? turn.relabel.actions.slice() : [];
+    reasonInput.value = turn.relabel ? turn.relabel.reason : "";
+    editor.hidden = false;
+    renderPicks();
+    editor.scrollIntoView({ block: "nearest" });
+  }
+
+  function closeEditor() {
+    if (editor) editor.hidden = true;
+    if (document.activeElement === reasonInput) reasonInput.blur();
+  }
+
+  function pick(action) {
+    if (picks.length >= MAX_RELABEL) {
+      say("at most " + MAX_RELABEL + " actions", true);
+      return;
+    }
+    picks.push(action);
+    renderPicks();
+  }
+
+  async function sendRelabel(values) {
+    const turn = turns[cursor];
+    say("saving correction…");
+    const response = await fetch(idUrl(config.relabelUrl, turn.id), {
+      method: "POST",
+      headers: { "X-CSRFToken": csrfToken(), "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(values),
+      credentials: "same-origin",
+    });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      say("not saved (" + response.status + (data.error ? ": " + data.error : "") + ")", true);
+      return;
+    }
+    const target = byId.get(data.id);
+    if (target) target.relabel = data.relabel;
+    closeEditor();
+    if (target === turns[cursor]) renderRelabel(target);
+    say(data.relabel ? "correction saved" : "correction removed");
+  }
+
+  function saveRelabel() {
+    if (!picks.length) {
+      say("pick at least one action", true);
+      return;
+    }
+    sendRelabel({ actions: picks.join(" "), reason: reasonInput.value });
+  }
+
+  function editorKey(event) {
+    if (event.target === reasonInput) {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        saveRelabel();
+      } else if (event.key === "Escape") {
+        reasonInput.blur();
+      }
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;
+    if (keyActions.has(key)) {
+      pick(keyActions.get(key));
+    } else if (event.key === "Backspace") {
+      picks.pop();
+      renderPicks();
+    } else if (event.key === "Enter") {
+      saveRelabel();
+    } else if (event.key === "Escape") {
+      closeEditor();
+    } else {
+      return;
+    }
+    event.preventDefault();
+  }
+
+  // --- moving by kind of turn, the larger frame, the chart ---
+
+  function seek(step, test) {
+    for (let i = cursor + step; i >= 0 && i < turns.length; i += step) {
+      if (test(turns[i])) {
+        go(i);
+        return;
+      }
+    }
+    say("no " + (step > 0 ? "later" : "earlier") + " turn of that kind");
+  }
+
+  const isFlagged = (t) => t.flagged;
+  const hasError = (t) => Boolean(t.error);
+  const hasUnlock = (t) => t.unlocked.length > 0;
+
+  function toggleZoom(show) {
+    zoom.hidden = show === undefined ? !zoom.hidden : !show;
+    if (!zoom.hidden) zoomImage.src = mainImage.src;
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const CHART = { w: 400, h: 130, left: 18, right: 30, top: 8, bottom: 16 };
+  const SERIES = [
+    ["health", "#c0392b"],
+    ["food", "#d68910"],
+    ["drink", "#2e86c1"],
+    ["energy", "#7d3c98"],
+  ];
+  let chartCursor = null;
+
+  function svg(name, attributes) {
+    const node = document.createElementNS(SVG, name);
+    for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
+    return node;
+  }
+
+  function chartX(i) {
+    const span = Math.max(turns.length - 1, 1);
+    return CHART.left + (i / span) * (CHART.w - CHART.left - CHART.right);
+  }
+
+  function buildChart() {
+    if (!chart) return;
+    const bottom = CHART.h - CHART.bottom;
+    const height = bottom - CHART.top;
+    const vitalY = (v) => bottom - (Math.max(0, Math.min(9, Number(v) || 0)) / 9) * height;
+    let total = 0;
+    const cumulative = turns.map((t) => (total += Number(t.reward) || 0));
+    const low = Math.min(0, ...cumulative);
+    const high = Math.max(1, ...cumulative);
+    const rewardY = (r) => bottom - ((r - low) / (high - low)) * height;
+    chart.appendChild(svg("line", { x1: CHART.left, x2: CHART.w - CHART.right, y1: bottom, y2: bottom, stroke: "#ccc" }));
+    for (const [label, y] of [["9", CHART.top + 3], ["0", bottom]]) {
+      const text = svg("text", { x: 2, y: y });
+      text.textContent = label;
+      chart.appendChild(text);
+    }
+    for (const [label, y] of [[high.toFixed(0), CHART.top + 3], [low.toFixed(0), bottom]]) {
+      const text = svg("text", { x: CHART.w - CHART.right + 4, y: y });
+      text.textContent = label;
+      chart.appendChild(text);
+    }
+    const caption = svg("text", { x: CHART.left, y: CHART.h - 3 });
+    caption.textContent = "turn 0 … " + (turns.length - 1) + " · vitals 0–9 (left), cumulative reward (right)";
+    chart.appendChild(caption);
+    const line = (values, y, color, name) => {
+      const points = values.map((v, i) => chartX(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
+      chart.appendChild(svg("polyline", { points: points, fill: "none", stroke: color, "stroke-width": 1.4, "data-series": name }));
+    };
+    for (const [name, color] of SERIES) line(turns.map((t) => (t.vitals || {})[name]), vitalY, color, name);
+    line(cumulative, rewardY, "#2f6f3e", "reward");
+    chartCursor = svg("line", { y1: CHART.top - 4, y2: bottom, stroke: "#1d1d1f", "stroke-width": 1.2, "stroke-dasharray": "3 2", id: "chart-cursor" });
+    chart.appendChild(chartCursor);
+    chart.addEventListener("click", (event) => {
+      const box = chart.getBoundingClientRect();
+      const x = ((event.clientX - box.left) / box.width) * CHART.w;
+      const span = CHART.w - CHART.left - CHART.right;
+      go(Math.round(((x - CHART.left) / span) * Math.max(turns.length - 1, 1)));
+    });
+  }
+
+  function moveChartCursor() {
+    if (!chartCursor) return;
+    const x = chartX(cursor).toFixed(1);
+    chartCursor.setAttribute("x1", x);
+    chartCursor.setAttribute("x2", x);
   }
 
   function renderSeen(turn) {
@@ -292,6 +515,10 @@
   document.body.addEventListener("htmx:sendError", () => say("not saved: the server did not answer", true));
 
   document.addEventListener("keydown", (event) => {
+    if (editor && !editor.hidden) {
+      editorKey(event);
+      return;
+    }
     const typing = event.target.closest && event.target.closest("input, textarea, select");
     if (typing === noteInput && noteInput) {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
@@ -320,6 +547,30 @@
       case "f":
         toggleFlag();
         break;
+      case "]":
+        seek(1, isFlagged);
+        break;
+      case "[":
+        seek(-1, isFlagged);
+        break;
+      case "e":
+        seek(1, hasError);
+        break;
+      case "E":
+        seek(-1, hasError);
+        break;
+      case "a":
+        seek(1, hasUnlock);
+        break;
+      case "A":
+        seek(-1, hasUnlock);
+        break;
+      case "z":
+        toggleZoom();
+        break;
+      case "r":
+        openEditor();
+        break;
       case "n":
         if (!noteInput) {
           say("You can look; notes need the review permission.", true);
@@ -332,6 +583,7 @@
         break;
       case "Escape":
         toggleHelp(false);
+        toggleZoom(false);
         break;
       default:
         return;
@@ -359,6 +611,34 @@
     noteInput.addEventListener("blur", saveNoteIfChanged);
   }
 
+  document.querySelectorAll('[data-action="zoom"]').forEach((b) => b.addEventListener("click", () => toggleZoom(true)));
+  document.querySelectorAll('[data-action="next-flagged"]').forEach((b) => b.addEventListener("click", () => seek(1, isFlagged)));
+  document.querySelectorAll('[data-action="prev-flagged"]').forEach((b) => b.addEventListener("click", () => seek(-1, isFlagged)));
+  mainImage.addEventListener("click", () => toggleZoom(true));
+  zoom.addEventListener("click", () => toggleZoom(false));
+  document.querySelectorAll(".achievement-link").forEach((link) =>
+    link.addEventListener("click", (event) => {
+      event.preventDefault();
+      go(Number(link.dataset.turn));
+    })
+  );
+  if (editor) {
+    editor.addEventListener("click", (event) => {
+      const button = event.target.closest("[data-pick]");
+      if (button) pick(button.dataset.pick);
+    });
+    document.getElementById("relabel-save").addEventListener("click", saveRelabel);
+    document.getElementById("relabel-cancel").addEventListener("click", closeEditor);
+    document.getElementById("relabel-remove").addEventListener("click", () => sendRelabel({ remove: "1" }));
+    document.getElementById("fork-with-correction").addEventListener("click", () => {
+      forkCorrection.disabled = false;
+      forkCorrection.checked = true;
+      document.getElementById("fork-box").open = true;
+      document.getElementById("fork-submit").focus();
+    });
+  }
+
+  buildChart();
   cursor = Math.min(Math.max(Number(config.turnIndex) || 0, 0), turns.length - 1);
   render();
 })();

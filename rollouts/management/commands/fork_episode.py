@@ -1,0 +1,116 @@
+"""`python manage.py fork_episode`: replay an episode to turn K, then play on (SPEC section 4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.management.base import CommandError
+
+from rollouts import services, services_fork
+from rollouts.management.commands.rollout import Command as RolloutCommand
+from rollouts.models import Episode
+from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError
+from studio.commands import progress_bar, usage_error
+
+# `rollout` options a fork does not take (its original decides them), with their defaults.
+_NOT_FOR_FORKS = {"seeds": "0", "image_size": 64, "resume": None, "name": ""}
+
+
+class Command(RolloutCommand):
+    """`rollout`'s policy options (endpoint, model, limits), for one episode forked at K."""
+
+    help = (
+        "Fork an episode: replay its executed actions up to turn K (each frame checked against "
+        "the original's sha256), then play on with a policy. The last line is a JSON summary; "
+        "exit 1 when the fork failed."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("episode", type=int, metavar="EPISODE")
+        parser.add_argument(
+            "--turn", type=int, required=True, metavar="K", help="the turn the fork plays anew"
+        )
+        parser.add_argument(
+            "--with-correction",
+            action="store_true",
+            help="play turn K's correction (relabel) first, then the policy",
+        )
+        super().add_arguments(parser)
+        for action in parser._actions:
+            if action.dest == "policy":
+                action.choices = (*POLICIES, HUMAN_POLICY)
+            elif action.dest in _NOT_FOR_FORKS:
+                action.help = argparse.SUPPRESS
+        # The fork's step limit defaults to the original's.
+        parser.set_defaults(steps=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        given = [name for name, default in _NOT_FOR_FORKS.items() if options[name] != default]
+        if given:
+            raise usage_error(
+                f"--{given[0].replace('_', '-')}: a fork plays its original's seed and image size"
+            )
+        if not options["policy"]:
+            raise usage_error(f"--policy is required ({', '.join((*POLICIES, HUMAN_POLICY))})")
+        source = Episode.objects.select_related("batch").filter(id=options["episode"]).first()
+        if source is None:
+            raise usage_error(f"episode: there is no episode {options['episode']}")
+        human = options["policy"] == HUMAN_POLICY
+        policy_settings = self._settings(
+            {
+                **options,
+                "seeds": str(source.seed),
+                "image_size": source.batch.image_size,
+                "steps": options["steps"] or source.batch.step_limit,
+            }
+        )
+        try:
+            settings = services_fork.fork_settings(
+                source=source, settings=policy_settings, steps=options["steps"]
+            )
+            episode = services_fork.episode_fork(
+                source=source,
+                turn=options["turn"],
+                settings=settings,
+                with_correction=options["with_correction"],
+                enqueue=not options["inline"],
+            )
+        except (services_fork.ForkError, SettingsError) as exc:
+            raise usage_error(str(exc)) from exc
+        if human and episode.status == Episode.Status.RUNNING:
+            sys.stderr.write(f"play it at /play/{episode.id}/\n")
+        elif human:
+            pass  # its replay failed; the error is below
+        elif options["inline"]:
+            services.episode_run(episode_id=episode.id, cli_api_key=django_settings.OPENAI_API_KEY)
+        elif options["wait"]:
+            self._wait_fork(episode)
+        episode.refresh_from_db()
+        self.stdout.write(
+            json.dumps(
+                {
+                    "episode_id": episode.id,
+                    "batch_id": episode.batch_id,
+                    "forked_from": source.id,
+                    "turn": options["turn"],
+                    "status": episode.status,
+                    "steps": episode.steps,
+                }
+            )
+        )
+        if episode.status == Episode.Status.FAILED:
+            raise CommandError(f"fork failed: {episode.error}", returncode=1)
+
+    def _wait_fork(self, episode: Episode) -> None:
+        bar = progress_bar(total=1, desc=f"fork {episode.id}", unit="episode")
+        with bar:
+            while Episode.objects.filter(
+                id=episode.id, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
+            ).exists():
+                time.sleep(0.5)
+            bar.update(1)
