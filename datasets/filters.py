@@ -14,12 +14,15 @@ from typing import Any
 from django.db import connection
 from django.db.models import F, Q, QuerySet
 
+from datasets.groups import grouping_on, kept_episodes
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch, Turn
 
 FLAGGED_CHOICES = ("any", "only", "exclude")
 RELABELED_CHOICES = ("any", "only", "exclude")
 FORMATS = ("studio", "openai", "synth")
+# sft: one row per turn; preference: one row per pair of same-state answers (datasets.preferences)
+KINDS = ("sft", "preference")
 MAX_HISTORY_FRAMES = 9  # the current frame plus 9 is the provider's 10 images per row
 
 
@@ -47,6 +50,9 @@ class DatasetFilters:
     # original's turns again: left out unless asked for).
     relabeled: str = "any"
     include_fork_prefix: bool = False
+    # best-of-N over the samples of each seed (datasets.groups)
+    top_per_seed: int | None = None
+    at_or_above_mean: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -83,6 +89,8 @@ class DatasetFilters:
             raise FilterError(
                 f"relabeled: {self.relabeled!r} is not one of {', '.join(RELABELED_CHOICES)}"
             )
+        if self.top_per_seed is not None and not 1 <= self.top_per_seed <= 1000:
+            raise FilterError(f"top-per-seed: {self.top_per_seed} is not between 1 and 1000")
         if any(b < 1 for b in self.batches):
             raise FilterError("batch: ids are positive integers")
 
@@ -105,6 +113,7 @@ class ExportOptions:
     val_fraction: float = 0.0
     # An export that selects nothing is an error (a filter typo, not a dataset) unless asked.
     allow_empty: bool = False
+    kind: str = "sft"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -116,6 +125,8 @@ class ExportOptions:
             )
         if self.format not in FORMATS:
             raise FilterError(f"format: {self.format!r} is not one of {', '.join(FORMATS)}")
+        if self.kind not in KINDS:
+            raise FilterError(f"kind: {self.kind!r} is not one of {', '.join(KINDS)}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise FilterError(f"val-fraction: {self.val_fraction} is not in [0, 1)")
 
@@ -143,7 +154,7 @@ def _from_json(cls, data: dict[str, Any]):
                 values[name] = tuple(caster(v) for v in value)
             elif isinstance(default, bool):
                 values[name] = bool(value)
-            elif name == "min_unique" or name == "history_frames":
+            elif name in ("min_unique", "history_frames", "top_per_seed"):
                 values[name] = None if value in (None, "") else int(value)
             elif name in ("min_reward", "val_fraction"):
                 values[name] = None if value in (None, "") else float(value)
@@ -219,11 +230,18 @@ def turn_queryset(filters: DatasetFilters) -> QuerySet[Turn]:
         qs = qs.filter(relabel__isnull=False)
     elif filters.relabeled == "exclude":
         qs = qs.filter(relabel__isnull=True)
+    if grouping_on(filters):
+        qs = qs.filter(episode_id__in=kept_episodes(filters).values("id"))
     return qs
 
 
 def check_combination(filters: DatasetFilters, options: ExportOptions) -> None:
     """Options that are valid alone but not together."""
+    if options.kind == "preference" and options.format == "synth":
+        # synth-ai's loader reads SFT rows; preference rows go out as studio or OpenAI's DPO.
+        raise FilterError(
+            "kind: preference rows are written in the studio or openai format, not synth"
+        )
     if filters.include_text_fallback and options.format == "openai":
         # The openai format has no metadata: the inferred tool call could not be marked.
         raise FilterError(

@@ -99,6 +99,24 @@ class DatasetForm(forms.Form):
         "the text. Left out by default (the model made no tool call); included, they are "
         "marked metadata.text_fallback. Studio format only.",
     )
+    top_per_seed = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        label="Top n episodes per seed",
+        help_text="Best-of-N: by unique achievements, then reward (ties: earlier sample).",
+    )
+    at_or_above_mean = forms.BooleanField(
+        required=False,
+        label="At or above the seed's mean",
+        help_text="Episodes whose reward is at least the mean of their seed's samples.",
+    )
+    kind = forms.ChoiceField(
+        choices=[("sft", "SFT: one row per turn"), ("preference", "Preference pairs (DPO)")],
+        initial="sft",
+        required=False,
+        label="Rows",
+    )
     relabeled = forms.ChoiceField(
         choices=[("any", "any"), ("only", "relabeled only"), ("exclude", "exclude relabeled")],
         initial="any",
@@ -182,12 +200,15 @@ class DatasetForm(forms.Form):
                 include_text_fallback=bool(data.get("include_text_fallback")),
                 relabeled=data.get("relabeled") or "any",
                 include_fork_prefix=bool(data.get("include_fork_prefix")),
+                top_per_seed=data.get("top_per_seed"),
+                at_or_above_mean=bool(data.get("at_or_above_mean")),
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,
                 format=data.get("format") or "studio",
                 val_fraction=data.get("val_fraction") or 0.0,
                 allow_empty=bool(data.get("allow_empty")),
+                kind=data.get("kind") or "sft",
             )
             check_references(self._filters)
             check_combination(self._filters, self._options)

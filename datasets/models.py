@@ -65,6 +65,10 @@ class DatasetVersion(models.Model):
     estimated_tokens = models.PositiveBigIntegerField(default=0)
     # {"val_fraction": F, "val": {"file", "sha256", "rows", "episodes", "images", "bytes"}}
     split = models.JSONField(default=dict, blank=True)
+    # The same rows as a Hugging Face dataset for TRL (datasets.hf_export), zipped.
+    hf_file = models.FileField(max_length=300, blank=True)
+    hf_sha256 = models.CharField(max_length=64, blank=True)
+    hf_bytes = models.PositiveBigIntegerField(default=0)
     progress_rows = models.PositiveIntegerField(default=0)
     total_rows = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)

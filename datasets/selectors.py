@@ -11,10 +11,12 @@ from django.db.models.functions import Coalesce, Length
 
 from datasets.exporting import preview_rows
 from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.groups import group_table, grouping_on
 from datasets.jsonl import episode_split
 from datasets.models import Dataset, DatasetImport, DatasetVersion
+from datasets.preferences import count_pairs, preference_preview
 from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
-from rollouts.models import RolloutBatch, Turn
+from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tools import SYSTEM_PROMPT
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
@@ -23,6 +25,10 @@ _IMAGES_SQL = (
     "ELSE jsonb_array_length(jsonb_path_query_array({t}.request_messages, "
     "'$[*].content[*] ? (@.type == \"image_url\")', '{{}}', true)) END"
 )
+
+
+# Counting pairs reads every turn of the episodes: past this many, the export counts them.
+PAIR_COUNT_MAX_EPISODES = 2000
 
 
 def datasets_recent() -> QuerySet[Dataset]:
@@ -61,6 +67,8 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     text_chars = (counts.pop("text_chars") or 0) + counts["turns"] * (len(SYSTEM_PROMPT) + 900)
     counts["estimated_tokens"] = text_chars // CHARS_PER_TOKEN + counts["images"] * IMAGE_TOKENS
     counts["estimated_bytes"] = text_chars + counts["images"] * IMAGE_BYTES
+    if options.kind == "preference":
+        counts["pairs"] = count_pairs(filters, max_episodes=PAIR_COUNT_MAX_EPISODES)
     return counts
 
 
@@ -74,7 +82,9 @@ def _split_counts(queryset: QuerySet[Turn], val_fraction: float) -> dict[str, in
         total = queryset.count()
         return {"train_turns": total, "val_turns": 0, "val_episodes": 0}
     train = val = val_episodes = 0
-    per_episode = queryset.values("episode__batch_id", "episode__seed").annotate(n=Count("id"))
+    per_episode = queryset.values("episode_id", "episode__batch_id", "episode__seed").annotate(
+        n=Count("id")
+    )
     for row in per_episode.order_by():
         split = episode_split(
             batch_id=row["episode__batch_id"], seed=row["episode__seed"], val_fraction=val_fraction
@@ -100,10 +110,30 @@ def dataset_save_problems(*, filters: DatasetFilters, options: ExportOptions) ->
     return []
 
 
+def dataset_groups(*, filters: DatasetFilters, limit: int = 12) -> dict[str, Any] | None:
+    """With a best-of-N filter: what each seed's group keeps (None without one)."""
+    return group_table(filters, limit=limit) if grouping_on(filters) else None
+
+
+def dataset_pair_preview(
+    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
+) -> list[dict[str, Any]] | None:
+    """For a preference dataset, its first pairs (None for one row per turn)."""
+    if options.kind != "preference":
+        return None
+    return preference_preview(filters, limit=limit)
+
+
 def dataset_preview(
     *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
 ) -> list[dict[str, Any]]:
-    return preview_rows(filters=filters, options=options, limit=limit)
+    rows = preview_rows(filters=filters, options=options, limit=limit)
+    # Which sample of its seed each row comes from, so best-of-N filters can be checked by eye.
+    ids = {row["metadata"]["episode_id"] for row in rows}
+    samples = dict(Episode.objects.filter(id__in=ids).values_list("id", "sample"))
+    for row in rows:
+        row["sample"] = samples.get(row["metadata"]["episode_id"], 0)
+    return rows
 
 
 def filter_choices() -> dict[str, list]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -15,10 +16,20 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
+from django.utils.text import slugify
 
-from datasets.exporting import ExportEmpty, ExportRefused, export_count, export_files
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.exporting import (
+    ExportEmpty,
+    ExportRefused,
+    ExportResult,
+    export_count,
+    export_files,
+)
+from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
+from datasets.hf_export import HFResult, write_hf_dataset, zip_directory
 from datasets.models import Dataset, DatasetVersion
+from datasets.preferences import export_preference_files
+from rollouts.models import RolloutBatch
 from studio import queue
 from studio.errors import plain_error
 
@@ -28,6 +39,73 @@ VersionOutcome = Literal["done", "failed", "busy", "done_already"]
 # A running export that has not reported progress for this long is presumed dead.
 STALE_AFTER = timedelta(minutes=10)
 MAX_ERROR_LINES = 200
+
+
+def rows_export(
+    *,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    output: Path,
+    val_output: Path | None = None,
+    progress=None,
+) -> ExportResult:
+    """The JSONL export of either kind: a row per turn, or a row per preference pair."""
+    export = export_preference_files if options.kind == "preference" else export_files
+    return export(
+        filters=filters, options=options, output=output, val_output=val_output, progress=progress
+    )
+
+
+def hf_card(*, filters: DatasetFilters, options: ExportOptions, title: str = "") -> dict:
+    """What the dataset card says about where the data came from."""
+    batch_ids = sorted(
+        set(turn_queryset(filters).values_list("episode__batch_id", flat=True).distinct())
+    )
+    batches = RolloutBatch.objects.filter(id__in=batch_ids).order_by("id")
+    return {
+        "title": title,
+        "filter": filters.to_json(),
+        "export_options": {
+            "kind": options.kind,
+            "history_frames": options.history_frames,
+            "val_fraction": options.val_fraction,
+        },
+        "batches": [{"id": b.id, "name": b.name, "policy": b.policy} for b in batches],
+        "models": sorted({b.model for b in batches if b.model}),
+    }
+
+
+def hf_export(
+    *,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    output: Path,
+    tool_calls_as_text: bool = False,
+    progress=None,
+    title: str = "",
+    shard_bytes: int | None = None,
+) -> HFResult:
+    """A Hugging Face dataset in `output`: the studio-format rows, then parquet and Arrow."""
+    options = dataclasses.replace(options, format="studio")  # the rows keep their metadata
+    with tempfile.TemporaryDirectory(prefix=".tmp-hf-rows-", dir=output.parent) as tmp:
+        train, val = Path(tmp, "train.jsonl"), Path(tmp, "val.jsonl")
+        result = rows_export(
+            filters=filters,
+            options=options,
+            output=train,
+            val_output=val if options.val_fraction > 0 else None,
+            progress=progress,
+        )
+        sources = {"train": train, **({"val": val} if result.val is not None else {})}
+        extra = {"shard_bytes": shard_bytes} if shard_bytes else {}
+        return write_hf_dataset(
+            sources=sources,
+            output=output,
+            kind=options.kind,
+            tool_calls_as_text=tool_calls_as_text,
+            card=hf_card(filters=filters, options=options, title=title),
+            **extra,
+        )
 
 
 def dataset_create(
@@ -156,7 +234,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
 
         name, val_name = version_file_names(version)
         with _local_targets(name, val_name) as (path, val_path):
-            result = export_files(
+            result = rows_export(
                 filters=filters,
                 options=options,
                 output=path,
@@ -166,6 +244,8 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
             _store(path, name)
             if result.val is not None:
                 _store(val_path, val_name)
+            sources = {"train": path, **({"val": val_path} if result.val is not None else {})}
+            hf = _version_hf(version=version, filters=filters, options=options, sources=sources)
     except ExportEmpty as exc:
         _version_fail(mine, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
         return "failed"
@@ -201,12 +281,49 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         estimated_tokens=result.train.estimated_tokens
         + (result.val.estimated_tokens if result.val else 0),
         split=split,
+        hf_file=hf["file"],
+        hf_sha256=hf["sha256"],
+        hf_bytes=hf["bytes"],
         total_rows=scanned,
         progress_rows=scanned,
         finished_at=timezone.now(),
         heartbeat_at=timezone.now(),
     )
     return "done"
+
+
+def _version_hf(
+    *,
+    version: DatasetVersion,
+    filters: DatasetFilters,
+    options: ExportOptions,
+    sources: dict[str, Path],
+) -> dict:
+    """The version as a Hugging Face dataset for TRL, zipped and stored beside its JSONL.
+
+    Studio-format rows are converted as written (so it is exactly the version's content);
+    other formats have no metadata, so their rows are exported again in the studio format.
+    """
+    title = f"{version.dataset.name} v{version.number}"
+    folder = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf"
+    with tempfile.TemporaryDirectory(prefix="studio-hf-") as tmp:
+        output = Path(tmp, folder)
+        if options.format == "studio":
+            write_hf_dataset(
+                sources=sources,
+                output=output,
+                kind=options.kind,
+                card=hf_card(filters=filters, options=options, title=title),
+            )
+        else:
+            hf_export(filters=filters, options=options, output=output, title=title)
+        archive = Path(tmp, "hf.zip")
+        digest = zip_directory(output, archive)
+        size = archive.stat().st_size
+        base = f"exports/dataset-{version.dataset_id}/v{version.number}"
+        with open(archive, "rb") as fh:
+            name = default_storage.save(f"{base}.hf.zip", File(fh, name="hf.zip"))
+    return {"file": name, "sha256": digest, "bytes": size}
 
 
 def _version_fail(mine, error: str) -> None:

@@ -80,8 +80,12 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     filters = DatasetFilters.from_json(dataset.filters)
     options = ExportOptions.from_json(dataset.export_options)
     preview, preview_error = [], ""
+    pairs = selectors.dataset_pair_preview(filters=filters, options=options, limit=PREVIEW_ROWS)
     try:
-        preview = selectors.dataset_preview(filters=filters, options=options, limit=PREVIEW_ROWS)
+        if pairs is None:
+            preview = selectors.dataset_preview(
+                filters=filters, options=options, limit=PREVIEW_ROWS
+            )
     except (RowError, OSError) as exc:
         preview_error = str(exc)
     return render(
@@ -91,7 +95,9 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
             "dataset": dataset,
             "form": form,
             "counts": selectors.dataset_counts(filters=filters, options=options),
+            "groups": selectors.dataset_groups(filters=filters),
             "preview": preview,
+            "pairs": pairs,
             "preview_error": preview_error,
             **_versions_context(dataset),
             "can_edit": _can_edit(request),
@@ -115,6 +121,7 @@ def dataset_counts(request: HttpRequest) -> HttpResponse:
     if form.is_valid() or form.has_filters:
         # Counts stay in view when only saving would be refused (e.g. too few OpenAI rows).
         context["counts"] = selectors.dataset_counts(filters=form.filters, options=form.options)
+        context["groups"] = selectors.dataset_groups(filters=form.filters)
     if not form.is_valid():
         # A missing name is for the save button to say, not the counts.
         context["errors"] = [
@@ -160,6 +167,8 @@ def version_create(request: HttpRequest, dataset_id: int) -> HttpResponse:
 def version_download(request: HttpRequest, version_id: int) -> FileResponse:
     version = get_object_or_404(DatasetVersion, id=version_id, status=DatasetVersion.Status.DONE)
     which = request.GET.get("file", "train")
+    if which == "hf":
+        return _hf_download(version)
     if which == "val":
         name = version.val.get("file")
         if not name:
@@ -178,6 +187,22 @@ def version_download(request: HttpRequest, version_id: int) -> FileResponse:
     response["X-Content-SHA256"] = (
         version.val.get("sha256", "") if which == "val" else version.sha256
     )
+    return response
+
+
+def _hf_download(version: DatasetVersion) -> FileResponse:
+    """The version as a zipped Hugging Face dataset ("Download for TRL")."""
+    if not version.hf_file:
+        raise Http404("this version has no Hugging Face export")
+    try:
+        handle = default_storage.open(version.hf_file.name, "rb")
+    except FileNotFoundError as exc:
+        raise Http404("export file missing") from exc
+    filename = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf.zip"
+    response = FileResponse(
+        handle, as_attachment=True, filename=filename, content_type="application/zip"
+    )
+    response["X-Content-SHA256"] = version.hf_sha256
     return response
 
 

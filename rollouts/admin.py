@@ -28,6 +28,7 @@ class EpisodeAdmin(admin.ModelAdmin):
         "id",
         "batch",
         "seed",
+        "sample",
         "status",
         "steps",
         "total_reward",

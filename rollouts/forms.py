@@ -65,6 +65,13 @@ class BatchCreateForm(forms.Form):
         OPENAI_ONLY,
     )
     seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12; one episode each.")
+    samples_per_seed = forms.IntegerField(
+        initial=_DEFAULTS.samples_per_seed,
+        min_value=1,
+        required=False,
+        label="Samples per seed",
+        help_text="Play each seed K times (best-of-N, preference pairs).",
+    )
     steps = forms.IntegerField(
         initial=_DEFAULTS.steps, min_value=1, help_text="Step limit of each episode."
     )
@@ -156,6 +163,7 @@ class BatchCreateForm(forms.Form):
 
     _SETTINGS_FIELDS = (
         "model",
+        "samples_per_seed",
         "steps",
         "image_size",
         "observation_mode",

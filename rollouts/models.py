@@ -119,6 +119,9 @@ class Episode(models.Model):
 
     batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="episodes")
     seed = models.BigIntegerField()
+    # Which of the batch's `samples_per_seed` plays of this seed; it also seeds the policy's
+    # own sampling (rollouts.policies.base.policy_seed), so a rerun replays the same samples.
+    sample = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     steps = models.PositiveIntegerField(default=0)
     total_reward = models.FloatField(default=0.0)
@@ -151,13 +154,17 @@ class Episode(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["batch_id", "seed"]
+        ordering = ["batch_id", "seed", "sample"]
         constraints = [
-            models.UniqueConstraint(fields=["batch", "seed"], name="episode_unique_batch_seed"),
+            models.UniqueConstraint(
+                fields=["batch", "seed", "sample"], name="episode_unique_batch_seed_sample"
+            ),
         ]
         indexes = [models.Index(fields=["status", "heartbeat_at"])]
 
     def __str__(self) -> str:
+        if self.sample:
+            return f"Episode {self.pk} (seed {self.seed}, sample {self.sample})"
         return f"Episode {self.pk} (seed {self.seed})"
 
 

@@ -17,6 +17,8 @@ OBSERVATION_MODES = ("image_text", "image", "text")
 IMAGE_DETAILS = ("auto", "low", "high")
 ON_BAD_OUTPUT = ("noop", "end")
 MAX_SEEDS = 10_000
+MAX_SAMPLES_PER_SEED = 64
+MAX_EPISODES = 10_000
 # Tried with crafter 1.8.3: at 17 px and less every reset() raises "height and width must be
 # > 0" (a cell of the 9x9 grid is then too small for its item textures); 18 to 1024 render.
 MIN_IMAGE_SIZE = 18
@@ -66,6 +68,8 @@ def seeds_spec(seeds: list[int] | tuple[int, ...]) -> str:
 class RolloutSettings:
     policy: str
     seeds: tuple[int, ...] = (0,)
+    # K episodes of each seed (best-of-N, preference pairs); sample i seeds the policy's sampling
+    samples_per_seed: int = 1
     steps: int = 256
     image_size: int = 64
     actions: tuple[str, ...] = DEFAULT_SCRIPT
@@ -129,6 +133,17 @@ class RolloutSettings:
             all(0 <= s < 2**31 - 1 for s in self.seeds),
             "seeds",
             "each seed must be between 0 and 2147483646",
+        )
+        check(
+            1 <= self.samples_per_seed <= MAX_SAMPLES_PER_SEED,
+            "samples_per_seed",
+            f"{self.samples_per_seed} is not between 1 and {MAX_SAMPLES_PER_SEED}",
+        )
+        check(
+            len(self.seeds) * self.samples_per_seed <= MAX_EPISODES,
+            "samples_per_seed",
+            f"{len(self.seeds)} seeds x {self.samples_per_seed} samples is more than "
+            f"{MAX_EPISODES} episodes in one batch",
         )
         check(1 <= self.steps <= 10_000, "steps", f"{self.steps} is not between 1 and 10000")
         check(

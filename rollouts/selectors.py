@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Avg, Count, Q, Sum
+from django.db.models import Avg, Count, Max, Q, Sum
 
 from rollouts.models import Episode, Frame, RolloutBatch
 from rollouts.scoring import crafter_score, score_percent, success_rates
@@ -53,7 +53,39 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "prompt_tokens": batch.prompt_tokens,
         "completion_tokens": batch.completion_tokens,
         "status": batch.status,
+        **_sample_summary(batch=batch),
     }
+
+
+def _sample_summary(*, batch: RolloutBatch) -> dict[str, Any]:
+    samples = int((batch.settings or {}).get("samples_per_seed") or 1)
+    if samples == 1:
+        return {}
+    groups = batch_seed_groups(batch_id=batch.id)
+    best = [g["best_achievements"] for g in groups if g["finished"]]
+    return {
+        "samples_per_seed": samples,
+        # best-of-K: the mean over seeds of each seed's best episode
+        "mean_best_achievements": round(sum(best) / len(best), 3) if best else 0.0,
+    }
+
+
+def batch_seed_groups(*, batch_id: int) -> list[dict[str, Any]]:
+    """Per seed, its samples' best and mean (finished episodes): the K samples as a group."""
+    finished = Q(status=Episode.Status.FINISHED)
+    return list(
+        Episode.objects.filter(batch_id=batch_id)
+        .values("seed")
+        .annotate(
+            samples=Count("id"),
+            finished=Count("id", filter=finished),
+            best_achievements=Max("achievement_count", filter=finished),
+            mean_achievements=Avg("achievement_count", filter=finished),
+            best_reward=Max("total_reward", filter=finished),
+            mean_reward=Avg("total_reward", filter=finished),
+        )
+        .order_by("seed")
+    )
 
 
 _OPENAI_SETTINGS = (
@@ -80,6 +112,7 @@ def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
     rows = [
         ("Policy", batch.policy),
         ("Seeds", seeds_spec(batch.seeds) if batch.seeds else "—"),
+        ("Samples per seed", str(data.get("samples_per_seed") or 1)),
         ("Steps", str(batch.step_limit)),
         ("Image size", f"{batch.image_size} px"),
     ]

@@ -367,6 +367,7 @@ def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Tu
             "note",
             "episode__id",
             "episode__seed",
+            "episode__sample",
             "episode__batch__id",
             "episode__batch__name",
             "episode__batch__model",

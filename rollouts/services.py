@@ -54,7 +54,7 @@ def batch_create(
                 if sends_prompt
                 else ""
             ),
-            episodes_total=len(settings.seeds),
+            episodes_total=len(settings.seeds) * settings.samples_per_seed,
             created_by=created_by,
             crafter_version=versions["crafter"],
             numpy_version=versions["numpy"],
@@ -64,7 +64,9 @@ def batch_create(
         # periodic requeue never sends them to workers behind its back.
         handed = None if enqueue else timezone.now()
         Episode.objects.bulk_create(
-            Episode(batch=batch, seed=seed, enqueued_at=handed) for seed in settings.seeds
+            Episode(batch=batch, seed=seed, sample=sample, enqueued_at=handed)
+            for seed in settings.seeds
+            for sample in range(settings.samples_per_seed)
         )
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
@@ -83,7 +85,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
         return 0  # a person plays these, in the browser
     ids = list(
         batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
-        .order_by("seed")
+        .order_by("seed", "sample")
         .values_list("id", flat=True)
     )
     if ids:
@@ -208,7 +210,9 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
         return "failed"
     try:
-        policy = build_policy(settings, seed=int(episode.seed), cli_api_key=cli_api_key)
+        policy = build_policy(
+            settings, seed=int(episode.seed), sample=episode.sample, cli_api_key=cli_api_key
+        )
     except PolicyUnavailable as exc:
         batch_fail(batch=episode.batch, error=str(exc))
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())

@@ -162,7 +162,10 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "can_review": request.user.has_perm(REVIEW_PERMISSION),
         # Started by a training job's Evaluate: which job, and the comparison with its base.
         "evaluation": batch_evaluation(batch=batch),
+        "samples_per_seed": int((batch.settings or {}).get("samples_per_seed") or 1),
     }
+    if context["samples_per_seed"] > 1:
+        context["seed_groups"] = selectors.batch_seed_groups(batch_id=batch.id)
     if request.htmx:
         return render(request, "rollouts/partials/batch_body.html", context)
     return render(request, "rollouts/batch_detail.html", context)

@@ -49,6 +49,14 @@ def upload_file_build(
     """Write `version`'s rows for `provider` under `directory`; DataRefused lists violations."""
     if version.status != DatasetVersion.Status.DONE or not version.file:
         raise DataRefused([f"{role}: dataset version {version.id} has no finished file"])
+    if (version.export_options or {}).get("kind") == "preference":
+        # Its rows are DPO pairs: uploaded to a supervised job they would train on neither.
+        raise DataRefused(
+            [
+                f"{role}: dataset version {version.id} holds preference pairs; the providers "
+                "here train on SFT rows (use Download for TRL or export_hf for DPO)"
+            ]
+        )
     name = f"{label}-{role}-{provider}.jsonl"
     path = directory / name
     report = ProviderReport(file=role)

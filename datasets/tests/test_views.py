@@ -89,6 +89,7 @@ def test_it_creates_a_dataset_and_shows_live_counts(editor_client, scripted_batc
         "format": "studio",
         "val_fraction": 0.2,
         "allow_empty": False,
+        "kind": "sft",
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +58,18 @@ class Decision:
         opposed to an answer that could not be used (`unknown_action`, `refusal`, ...)."""
         kind = self.error_kind
         return kind.startswith("http_") or kind in ("timeout", "connection")
+
+
+def policy_seed(*, seed: int, sample: int) -> int:
+    """The seed of a policy's own sampling for sample `sample` of world `seed`.
+
+    Sample 0 keeps the world seed (batches of one sample per seed play as they always did);
+    other samples get a value derived from both, below 2**31 so that every server takes it.
+    """
+    if sample == 0:
+        return int(seed)
+    digest = hashlib.sha256(f"{int(seed)}:{int(sample)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 class PolicyUnavailable(Exception):

@@ -24,7 +24,8 @@ class ScriptedPolicy:
 
 
 class RandomPolicy:
-    """Uniform over the 17 actions, seeded from the episode seed: a rerun plays the same game."""
+    """Uniform over the 17 actions, seeded from the episode seed and sample
+    (`policy_seed`): a rerun plays the same game."""
 
     def __init__(self, *, seed: int) -> None:
         self.random = np.random.default_rng(seed)

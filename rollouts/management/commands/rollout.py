@@ -59,6 +59,13 @@ class Command(StudioCommand):
             "no endpoint has, --inline sends this command's OPENAI_API_KEY",
         )
         parser.add_argument("--seeds", default="0", help="7, 0-9 or 1,5,9-12")
+        parser.add_argument(
+            "--samples-per-seed",
+            type=int,
+            default=1,
+            metavar="K",
+            help="play each seed K times (sample i seeds the policy's own sampling)",
+        )
         parser.add_argument("--steps", type=int, default=256)
         parser.add_argument("--image-size", type=int, default=64)
         parser.add_argument("--actions", nargs="+", default=list(DEFAULT_SCRIPT))
@@ -185,6 +192,7 @@ class Command(StudioCommand):
             return RolloutSettings(
                 policy=options["policy"],
                 seeds=tuple(parse_seeds(options["seeds"])),
+                samples_per_seed=options["samples_per_seed"],
                 steps=options["steps"],
                 image_size=options["image_size"],
                 actions=tuple(options["actions"]),
@@ -209,7 +217,7 @@ class Command(StudioCommand):
     def _play_inline(self, batch: RolloutBatch) -> None:
         ids = list(
             batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
-            .order_by("seed")
+            .order_by("seed", "sample")
             .values_list("id", flat=True)
         )
         settings = services.batch_settings(batch)

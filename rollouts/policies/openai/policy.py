@@ -14,7 +14,7 @@ import openai
 from django.conf import settings as django_settings
 
 from rollouts.model_endpoints import model_connection
-from rollouts.policies.base import Decision, Observation, PolicyUnavailable
+from rollouts.policies.base import Decision, Observation, PolicyUnavailable, policy_seed
 from rollouts.policies.openai.answers import read_answer
 from rollouts.policies.openai.messages import build_messages
 from rollouts.policies.openai.transport import (
@@ -111,6 +111,7 @@ class OpenAIPolicy:
         settings: RolloutSettings,
         *,
         seed: int,
+        sample: int = 0,
         client: openai.OpenAI | None = None,
         cli_api_key: str = "",
     ) -> None:
@@ -137,6 +138,9 @@ class OpenAIPolicy:
             "temperature": settings.temperature,
             "max_tokens": settings.max_tokens,
             "tool_choice": "required",
+            # The one thing that differs between the samples of a seed: the same batch
+            # settings replay the same samples on servers that honour it.
+            "seed": policy_seed(seed=seed, sample=sample),
         }
         self.endpoint_answered = False
         self.failed_turns_in_row = 0
@@ -268,6 +272,9 @@ class OpenAIPolicy:
         unsupported = "support" in text  # "unsupported value", "is not supported", ...
         if "temperature" in self.params and "temperature" in text and unsupported:
             del self.params["temperature"]
+            return True
+        if "seed" in self.params and "seed" in text and unsupported:
+            del self.params["seed"]
             return True
         if self.params.get("tool_choice") == "required" and "tool_choice" in text and unsupported:
             self.params["tool_choice"] = "auto"
