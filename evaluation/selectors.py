@@ -109,6 +109,11 @@ def _outcomes_by_batch(batch_ids: Sequence[int]) -> dict[int, list[EpisodeOutcom
     return by_batch
 
 
+def outcomes_by_batch(*, batch_ids: Sequence[int]) -> dict[int, list[EpisodeOutcome]]:
+    """Every episode of the batches as plain outcomes, by batch id: one query."""
+    return _outcomes_by_batch(batch_ids)
+
+
 def batches_compare(*, batch_ids: Sequence[int]) -> BatchComparison:
     """The batches on the seeds all of them played; differences against the first.
 

@@ -52,6 +52,15 @@ class RolloutBatch(models.Model):
     created_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Set by a training job's "Evaluate": the job whose held-out seeds this batch plays, with
+    # its fine-tuned model, or with its base model (the baseline); `model` says which.
+    evaluates = models.ForeignKey(
+        "training.TrainingJob",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="evaluation_batches",
+    )
     crafter_version = models.CharField(max_length=40, blank=True)
     numpy_version = models.CharField(max_length=40, blank=True)
     opensimplex_version = models.CharField(max_length=40, blank=True)

@@ -51,7 +51,7 @@ def batches_any_active() -> bool:
 
 
 def batch_get(*, batch_id: int) -> RolloutBatch:
-    return RolloutBatch.objects.select_related("created_by").get(id=batch_id)
+    return RolloutBatch.objects.select_related("created_by", "evaluates").get(id=batch_id)
 
 
 def batch_is_active(*, batch: RolloutBatch) -> bool:

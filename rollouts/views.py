@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from evaluation.selectors_training import batch_evaluation
 from rollouts import selectors, selectors_play, selectors_review, services, services_review
 from rollouts.crafter_env import ACHIEVEMENTS, KEY_MAP
 from rollouts.forms import (
@@ -159,6 +160,8 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "settings_rows": selectors.batch_settings_rows(batch=batch),
         "unfinished": batch.episodes_total - batch.episodes_finished,
         "can_review": request.user.has_perm(REVIEW_PERMISSION),
+        # Started by a training job's Evaluate: which job, and the comparison with its base.
+        "evaluation": batch_evaluation(batch=batch),
         "samples_per_seed": int((batch.settings or {}).get("samples_per_seed") or 1),
     }
     if context["samples_per_seed"] > 1:

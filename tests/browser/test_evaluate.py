@@ -1,0 +1,62 @@
+# ruff: noqa: F811  (fixtures imported from other test modules are parameters here)
+"""Evaluate on a succeeded training job, in headless Chromium, to the comparison page.
+
+A real worker plays the fine-tuned model, then the base model, against the local chat
+server; the job page then links to /compare/ with the base model first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from rollouts.models import RolloutBatch
+from tests.browser.test_episode_viewer import (  # noqa: F401
+    allow_orm_beside_event_loop,
+    chromium,
+    studio_page,
+)
+from training.tests.test_evaluate import BASE, FINE_TUNED, _job, _wait_for_end
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "var" / "screenshots" / "training-evaluate.png"
+
+
+def test_it_evaluates_a_job_and_its_base_model_then_opens_the_comparison(
+    studio_page: Page, live_server, celery_worker, chat_server, chat_endpoint, editor
+):
+    page = studio_page
+    job = _job(seeds=(0, 2))
+    page.goto(f"{live_server.url}/training/{job.id}/")
+    page.fill("#id_username", "editor")
+    page.fill("#id_password", "editor-pass-123")
+    page.click("main button[type=submit]")
+    expect(page).to_have_url(f"{live_server.url}/training/{job.id}/")
+
+    page.click("#evaluate-job")
+    page.fill("#id_count", "2")
+    expect(page.locator("#held-out-seeds")).to_have_text("1,3-21")  # the page's default, 20
+    page.fill("#id_steps", "3")
+    page.select_option("#id_endpoint", chat_endpoint.name)
+    page.click("#evaluate-submit")
+    tuned = _wait_for_end(RolloutBatch.objects.get(model=FINE_TUNED))
+    assert (tuned.seeds, tuned.status) == ([1, 3], "finished")
+
+    page.reload()
+    row = page.locator(f"tr[data-batch='{tuned.id}']")
+    expect(row).to_contain_text("finished")
+    page.click("button[data-action=evaluate-base]")
+    base = _wait_for_end(RolloutBatch.objects.get(model=BASE))
+    assert (base.seeds, base.status) == ([1, 3], "finished")
+
+    page.reload()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.set_viewport_size({"width": 360, "height": 800})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 380, f"the job page overflows a 360 px screen ({width} px)"
+    page.click(f"tr[data-batch='{tuned.id}'] a.compare-link")
+    expect(page).to_have_url(f"{live_server.url}/compare/?batches={base.id},{tuned.id}")
+    expect(page.locator("#summary-table")).to_contain_text(f"#{tuned.id}")
