@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rollouts", "0007_episode_sample"),
+        ("rollouts", "0009_turn_bulk_flag"),
         ("training", "0001_training_jobs_and_events"),
     ]
 
