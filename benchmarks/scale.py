@@ -153,14 +153,18 @@ def _bulk_session(cursor) -> None:
     cursor.execute("SET max_parallel_maintenance_workers = 2")
 
 
-def seed_turns(count: int) -> float:
-    """Add `count` turns with SQL, one transaction; returns the seconds it took."""
+def seed_turns(count: int, first_ids: tuple[int, int, int] | None = None) -> float:
+    """Add `count` turns with SQL, one transaction; returns the seconds it took.
+
+    `first_ids` (batch, episode, frame) when the caller knows them: while the tables have no
+    primary key index (a bulk load), max(id) would read the whole table. Sequences are then
+    the caller's to reset."""
     from django.db import connection, transaction
 
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL synchronous_commit = off")
-        batch, episode, frame = _next_ids(cursor)
+        batch, episode, frame = first_ids or _next_ids(cursor)
         for statement in _turn_insert(
             first_batch=batch, first_episode=episode, first_frame=frame, count=count
         ):
@@ -169,7 +173,8 @@ def seed_turns(count: int) -> float:
                 cursor.execute(statement.replace(" % ", " %% "), {"observation": OBSERVATION})
             else:
                 cursor.execute(statement)
-        _reset_sequences(cursor)
+        if first_ids is None:
+            _reset_sequences(cursor)
     return time.perf_counter() - started
 
 
@@ -216,13 +221,18 @@ def bulk_seed(count: int, chunk: int = 4 * EPISODES_PER_BATCH * EPISODE_TURNS) -
     long_episode_id = seed_long_episode()
     with connection.cursor() as cursor:
         _bulk_session(cursor)
+        batch, episode, frame = _next_ids(cursor)
         indexes, constraints = _drop_indexes(cursor)
     remaining = count - LONG_EPISODE_TURNS
     done = 0
     load_started = time.perf_counter()
     while done < remaining:
-        step = min(chunk, remaining - done)
-        seed_turns(step)
+        step = min(chunk, remaining - done)  # whole batches but for the last
+        seed_turns(step, (batch, episode, frame))
+        episodes = -(-step // EPISODE_TURNS)
+        batch += -(-episodes // EPISODES_PER_BATCH)
+        episode += episodes
+        frame += step
         done += step
         print(
             f"scale: {done:,} / {remaining:,} turns loaded "
@@ -237,6 +247,7 @@ def bulk_seed(count: int, chunk: int = 4 * EPISODES_PER_BATCH * EPISODE_TURNS) -
         for statement in indexes + constraints:
             cursor.execute(statement)
             print(f"scale: {statement[:90]} done", file=sys.stderr, flush=True)
+        _reset_sequences(cursor)
     timings["index_seconds"] = round(time.perf_counter() - build_started, 1)
     vacuum_started = time.perf_counter()
     with connection.cursor() as cursor:
