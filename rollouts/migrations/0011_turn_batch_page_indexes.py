@@ -38,9 +38,9 @@ class Migration(migrations.Migration):
         AddIndexConcurrentlyOnPostgres(
             model_name="turn",
             index=models.Index(
-                condition=models.Q(("error", ""), ("error_kind", ""), _negated=True),
+                condition=models.Q(("error_kind", ""), _negated=True),
                 fields=["episode"],
-                name="turn_episode_errors_idx",
+                name="turn_episode_error_kind_idx",
             ),
         ),
         AddIndexConcurrentlyOnPostgres(
