@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from django.conf import settings as django_settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -26,6 +29,8 @@ from studio.untrusted import storable
 logger = logging.getLogger(__name__)
 
 EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
+# A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
+Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
 
 
 def batch_create(
@@ -71,6 +76,75 @@ def batch_create(
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
+
+
+def batch_run_inline(
+    *,
+    settings: RolloutSettings,
+    created_by=None,
+    cli_api_key: str = "",
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> RolloutBatch:
+    """Create a batch and play it here, no broker or worker: `rollout --inline`, the demo's
+    batch, tests and benchmarks. Returns the batch as it ended (see `batch_play_inline`)."""
+    batch = batch_create(settings=settings, created_by=created_by, enqueue=False)
+    return batch_play_inline(
+        batch=batch, cli_api_key=cli_api_key, progress=progress, workers=workers
+    )
+
+
+def batch_play_inline(
+    *,
+    batch: RolloutBatch,
+    cli_api_key: str = "",
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> RolloutBatch:
+    """Play the batch's unfinished episodes in this process, by seed and sample; a failed
+    episode is recorded as failed (its batch says so), never raised.
+
+    Model calls wait on the network, so an `openai` batch overlaps up to its `concurrency`
+    episodes, each in a thread of its own (with its own database connection); baselines are
+    CPU-bound and play one by one in the calling thread. `workers` overrides that choice.
+    `cli_api_key`: see `episode_run`. `progress(batch, total)` gives a bar (tqdm's
+    interface: a context manager with `update(n)`), advanced once per episode.
+    """
+    ids = list(
+        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        .order_by("seed", "sample")
+        .values_list("id", flat=True)
+    )
+    if workers is None:
+        settings = batch_settings(batch)
+        workers = settings.concurrency if settings.policy == "openai" else 1
+    bar = progress(batch, len(ids)) if progress is not None else _NoProgress()
+
+    def play(episode_id: int) -> EpisodeOutcome:
+        return episode_run(episode_id=episode_id, cli_api_key=cli_api_key)
+
+    def play_in_thread(episode_id: int) -> EpisodeOutcome:
+        try:
+            return play(episode_id)
+        finally:
+            close_old_connections()
+
+    with bar:
+        if min(workers, len(ids)) <= 1:
+            for episode_id in ids:
+                play(episode_id)
+                bar.update(1)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for _ in pool.map(play_in_thread, ids):
+                    bar.update(1)
+    batch.refresh_from_db()
+    return batch
+
+
+class _NoProgress(contextlib.nullcontext):
+    def update(self, n: int = 1) -> None:
+        pass
 
 
 def batch_enqueue(*, batch: RolloutBatch) -> int:
