@@ -180,15 +180,9 @@ def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
 
 def run_sequential(settings) -> tuple[float, object]:
     from rollouts import services
-    from rollouts.models import Episode
 
     started = time.monotonic()
-    batch = services.batch_create(settings=settings, enqueue=False)
-    for episode_id in (
-        Episode.objects.filter(batch=batch).order_by("seed").values_list("id", flat=True)
-    ):
-        services.episode_run(episode_id=episode_id)
-    batch.refresh_from_db()
+    batch = services.batch_run_inline(settings=settings, workers=1)
     return time.monotonic() - started, batch
 
 

@@ -106,7 +106,8 @@ def batch_play_inline(
 
     Model calls wait on the network, so an `openai` batch overlaps up to its `concurrency`
     episodes, each in a thread of its own (with its own database connection); baselines are
-    CPU-bound and play one by one in the calling thread. `workers` overrides that choice.
+    CPU-bound and play one by one in the calling thread; so does everything inside an open
+    transaction. `workers` overrides that choice.
     `cli_api_key`: see `episode_run`. `progress(batch, total)` gives a bar (tqdm's
     interface: a context manager with `update(n)`), advanced once per episode.
     """
@@ -118,6 +119,10 @@ def batch_play_inline(
     if workers is None:
         settings = batch_settings(batch)
         workers = settings.concurrency if settings.policy == "openai" else 1
+    if transaction.get_connection().in_atomic_block:
+        # Other threads' connections cannot see what this transaction has not committed yet
+        # (a caller's atomic block, a test): they would find no episode to play.
+        workers = 1
     bar = progress(batch, len(ids)) if progress is not None else _NoProgress()
 
     def play(episode_id: int) -> EpisodeOutcome:

@@ -10,7 +10,7 @@ from pathlib import Path
 from django.db import connection
 
 from rollouts import services
-from rollouts.models import Episode, RolloutBatch
+from rollouts.models import RolloutBatch
 from rollouts.rollout_settings import RolloutSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,11 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def record_batch(**settings_kwargs) -> RolloutBatch:
     """Create a batch and play its episodes here, as `rollout --inline` does."""
     settings_kwargs.setdefault("policy", "scripted")
-    batch = services.batch_create(settings=RolloutSettings(**settings_kwargs), enqueue=False)
-    for episode in Episode.objects.filter(batch=batch).order_by("seed"):
-        services.episode_run(episode_id=episode.id)
-    batch.refresh_from_db()
-    return batch
+    return services.batch_run_inline(settings=RolloutSettings(**settings_kwargs))
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

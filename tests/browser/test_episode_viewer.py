@@ -67,12 +67,11 @@ def _user(username: str, *, editor: bool) -> User:
 
 
 def _played_episode(*, steps: int, seed: int = 1) -> Episode:
-    batch = services.batch_create(
-        settings=RolloutSettings(policy="scripted", seeds=(seed,), steps=steps, name="tour"),
-        enqueue=False,
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=(seed,), steps=steps, name="tour")
     )
     episode = batch.episodes.get()
-    assert services.episode_run(episode_id=episode.id) == "finished"
+    assert episode.status == Episode.Status.FINISHED, episode.error
     return episode
 
 
