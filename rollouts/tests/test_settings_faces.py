@@ -130,7 +130,7 @@ def test_every_option_has_the_same_default_on_both_faces():
         has_default = field.default is not dataclasses.MISSING
         assert (field.default if has_default else NO_DEFAULT) == default, name
         assert parser.get_default(name) == flag, name
-        if initial is not None or name in DEFAULTS:
+        if name in DEFAULTS:
             assert form.fields[name].initial == initial, name
     # Not given on either face: an endpoint's limit is its own, else the settings' default.
     limits = Endpoint.objects.create(
@@ -193,3 +193,20 @@ def test_the_bounds_themselves_are_taken_by_both_faces(option, endpoint):
         assert form.is_valid(), (option, value, form.errors)
         assert getattr(from_flags, option) == getattr(form.rollout_settings, option)
         assert float(getattr(form.rollout_settings, option)) == float(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "0 is not between 1 and 10000."), ("10001", "10001 is not between 1 and 10000.")],
+)
+def test_the_other_forms_with_a_step_limit_say_the_same(value, message):
+    from evaluation.forms import EvaluateForm
+    from rollouts.forms_play import ForkForm, PlayNewForm
+
+    for form in (
+        ForkForm({"turn": "0", "policy": "random", "steps": value}),
+        PlayNewForm({"seed": "0", "image_size": "64", "steps": value}),
+        EvaluateForm({"count": "2", "steps": value}),
+    ):
+        assert not form.is_valid()
+        assert form.errors["steps"] == [message], type(form).__name__

@@ -17,10 +17,8 @@ from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError, cli
 from studio.commands import progress_bar, usage_error
 
 # `rollout` options a fork does not take (its original decides them), with their defaults.
-_NOT_FOR_FORKS = {
-    **{name: cli_default(name) for name in ("seeds", "image_size")},
-    "resume": None,
-    "name": cli_default("name"),
+_NOT_FOR_FORKS = {name: cli_default(name) for name in ("seeds", "image_size", "name")} | {
+    "resume": None
 }
 
 
