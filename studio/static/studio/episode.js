@@ -29,6 +29,9 @@
   const AHEAD = 8; // turns fetched ahead on either side of the cursor
   const CACHE_SIZE = 200;
   const MAX_LOADING = 4;
+  // While the cursor sweeps (the scrubber dragged, a key held), fetch only where it rests.
+  const SETTLE_MS = 60;
+  let settle = 0;
   const details = new Map();
   const loading = new Map();
   const positionById = new Map();
@@ -91,7 +94,12 @@
       .then((r) => (r.ok ? r.json() : Promise.reject(new Error("HTTP " + r.status))))
       .then((detail) => {
         remember(p, detail);
+        if (p === cursor) renderDetail(detail);
         return detail;
+      })
+      .catch((error) => {
+        if (p === cursor) say("turn not loaded (" + error.message + ")", true);
+        throw error;
       })
       .finally(() => {
         loading.delete(p);
@@ -113,10 +121,10 @@
     }
   }
 
-  // The nearest neighbours not yet here, nearest first.
+  // The cursor's turn and its nearest neighbours not yet here, nearest first.
   function prefetch() {
-    for (let d = 1; d <= AHEAD && loading.size < MAX_LOADING; d++) {
-      for (const p of [cursor + d, cursor - d]) {
+    for (let d = 0; d <= AHEAD && loading.size < MAX_LOADING; d++) {
+      for (const p of d ? [cursor + d, cursor - d] : [cursor]) {
         if (p < 0 || p >= count || details.has(p) || loading.has(p) || loading.size >= MAX_LOADING) continue;
         load(p).catch(() => {});
       }
@@ -134,7 +142,7 @@
         say("");
         action(detail, p);
       })
-      .catch((error) => say("turn not loaded (" + error.message + ")", true));
+      .catch(() => {});
   }
 
   function idUrl(template, id) {
@@ -271,19 +279,11 @@
     for (const q of [p - 1, p + 1]) {
       if (q >= 0 && q < count) new Image().src = frameUrl(frameSha(q));
     }
-    if (details.has(p)) {
-      renderDetail(details.get(p));
-    } else {
-      renderLoading();
-      load(p)
-        .then((detail) => {
-          if (cursor === p) renderDetail(detail);
-        })
-        .catch((error) => {
-          if (cursor === p) say("turn not loaded (" + error.message + ")", true);
-        });
-    }
-    prefetch();
+    // A turn already here shows at once; one that is not shows when it arrives (`load`).
+    if (details.has(p)) renderDetail(details.get(p));
+    else renderLoading();
+    clearTimeout(settle);
+    settle = setTimeout(prefetch, details.has(p) ? 0 : SETTLE_MS);
   }
 
   // Until the turn's detail is here: its texts blank, never the previous turn's.
