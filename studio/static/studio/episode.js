@@ -35,6 +35,8 @@
   const details = new Map();
   const loading = new Map();
   const positionById = new Map();
+  // Turns whose fetch failed: not asked again until the cursor comes back to them.
+  const failed = new Set();
 
   const panel = document.getElementById("turn-panel");
   const mainImage = document.getElementById("frame-main");
@@ -98,6 +100,7 @@
         return detail;
       })
       .catch((error) => {
+        failed.add(p);
         if (p === cursor) say("turn not loaded (" + error.message + ")", true);
         throw error;
       })
@@ -125,7 +128,8 @@
   function prefetch() {
     for (let d = 0; d <= AHEAD && loading.size < MAX_LOADING; d++) {
       for (const p of d ? [cursor + d, cursor - d] : [cursor]) {
-        if (p < 0 || p >= count || details.has(p) || loading.has(p) || loading.size >= MAX_LOADING) continue;
+        if (p < 0 || p >= count || details.has(p) || loading.has(p) || failed.has(p)) continue;
+        if (loading.size >= MAX_LOADING) return;
         load(p).catch(() => {});
       }
     }
@@ -282,6 +286,7 @@
     // A turn already here shows at once; one that is not shows when it arrives (`load`).
     if (details.has(p)) renderDetail(details.get(p));
     else renderLoading();
+    failed.delete(p);
     clearTimeout(settle);
     settle = setTimeout(prefetch, details.has(p) ? 0 : SETTLE_MS);
   }
