@@ -248,6 +248,18 @@ class Turn(models.Model):
                 name="turn_list_error_idx",
                 condition=~models.Q(error=""),
             ),
+            # The episode viewer's index of a 10,000-turn episode, read off the index alone
+            # (a VLM turn's row is kilobytes wide) with its few unlocking turns beside it.
+            models.Index(
+                fields=["episode", "index"],
+                include=["frame", "flagged", "reward"],
+                name="turn_viewer_idx",
+            ),
+            models.Index(
+                fields=["episode", "index"],
+                name="turn_unlocked_idx",
+                condition=~models.Q(achievements_unlocked=[]),
+            ),
         ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]
 
