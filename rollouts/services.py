@@ -9,7 +9,7 @@ from typing import Literal
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, Subquery, Value, When
 from django.utils import timezone
 
 from rollouts.crafter_env import library_versions
@@ -179,9 +179,14 @@ def episode_claim(*, episode_id: int) -> str | None:
     )
     if claimed != 1:
         return None
-    RolloutBatch.objects.filter(episodes__id=episode_id, status=RolloutBatch.Status.PENDING).update(
-        status=RolloutBatch.Status.RUNNING, started_at=now
-    )
+    # The batch's own row is filtered on its status (not a join's): an UPDATE that waited for
+    # the row's lock checks that again on the row as it then is. Through a join it did not,
+    # and a claim that waited behind the batch's last episode ending set a finished batch
+    # back to running, for good.
+    RolloutBatch.objects.filter(
+        id=Subquery(Episode.objects.filter(id=episode_id).order_by().values("batch_id")[:1]),
+        status=RolloutBatch.Status.PENDING,
+    ).update(status=RolloutBatch.Status.RUNNING, started_at=now)
     return token
 
 

@@ -119,3 +119,43 @@ def test_a_failed_batch_keeps_its_status_and_its_last_episode_dates_its_end():
     assert batch.status == RolloutBatch.Status.FAILED
     assert batch.finished_at is not None
     assert batch.episodes_finished == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_waited_behind_the_batch_ending_leaves_it_finished():
+    """A claim that started while the batch was pending, and waited for its row while the
+    last episode ended it, must not set it back to running."""
+    import time
+
+    import psycopg
+
+    batch, _ = _running_batch(1)
+    RolloutBatch.objects.filter(id=batch.id).update(status=RolloutBatch.Status.PENDING)
+    late = Episode.objects.create(batch=batch, seed=99, sample=0)
+    db = connections["default"].settings_dict
+    url = f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    with psycopg.connect(url) as ending:
+        # The batch's end, not yet committed: it holds the row's lock.
+        ending.execute(
+            "UPDATE rollouts_rolloutbatch SET status = 'finished', finished_at = now() "
+            "WHERE id = %s",
+            [batch.id],
+        )
+        claim = threading.Thread(
+            target=lambda: (services.episode_claim(episode_id=late.id), connections.close_all())
+        )
+        claim.start()
+        with psycopg.connect(url, autocommit=True) as watcher:
+            deadline = time.monotonic() + 60
+            while not watcher.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' "
+                "AND query LIKE 'UPDATE \"rollouts_rolloutbatch\"%%'"
+            ).fetchone():
+                assert time.monotonic() < deadline, "the claim never waited for the row"
+                time.sleep(0.05)
+        ending.commit()
+        claim.join()
+    batch.refresh_from_db()
+    assert batch.status == RolloutBatch.Status.FINISHED
+    assert batch.finished_at is not None
