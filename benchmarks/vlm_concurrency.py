@@ -10,7 +10,11 @@ process, as synth-ai's scripts did. Both sides are best of `--repeat` runs.
 `cpu_per_call_ms` is the workers' own CPU time (user + system, all threads) over the calls
 they made: what one call costs a worker, whatever the host's load.
 
-    python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential]
+`--timeline` starts the workers with `benchmarks/vlm_trace.py`, which times each episode's
+steps (task received, claim, world generation, each call, rows, end), and adds where the
+last timed run's episodes waited (`timeline`: milestones and gaps, seconds, p50/p90/max).
+
+    python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential] [--timeline]
         [--episodes 64] [--turns 5] [--concurrency 64] [--workers 2] [--threads 32]
 
 Reads DATABASE_URL (default: a `studio_bench` PostgreSQL database, created and migrated
@@ -43,6 +47,8 @@ WORKERS = 2
 TARGET_IDEAL = 0.7
 TARGET_SEQUENTIAL = 10.0
 SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
+# A queue of its own: other workers on the same broker never take the benchmark's episodes.
+QUEUE = "vlm-bench"
 
 
 def serve_chat(conn, delay: float) -> None:
@@ -115,6 +121,8 @@ def start_workers(
                     "WARNING",
                     "--without-gossip",
                     "--without-mingle",
+                    "-Q",
+                    QUEUE,
                 ],
                 cwd=ROOT,
                 env=env,
@@ -239,6 +247,7 @@ def main() -> None:
     from studio.celery import app
 
     call_command("migrate", verbosity=0)
+    app.conf.task_default_queue = QUEUE
     app.control.purge()
 
     server = Endpoint(delay=DELAY)
