@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.conf import settings as django_settings
-from django.db import close_old_connections, transaction
-from django.db.models import F
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Case, F, Q, Subquery, Value, When
 from django.utils import timezone
 
 from rollouts.crafter_env import library_versions
@@ -246,9 +246,14 @@ def episode_claim(*, episode_id: int) -> str | None:
     )
     if token is None:
         return None
-    RolloutBatch.objects.filter(episodes__id=episode_id, status=RolloutBatch.Status.PENDING).update(
-        status=RolloutBatch.Status.RUNNING, started_at=timezone.now()
-    )
+    # The batch's own row is filtered on its status (not a join's): an UPDATE that waited for
+    # the row's lock checks that again on the row as it then is. Through a join it did not,
+    # and a claim that waited behind the batch's last episode ending set a finished batch
+    # back to running, for good.
+    RolloutBatch.objects.filter(
+        id=Subquery(Episode.objects.filter(id=episode_id).order_by().values("batch_id")[:1]),
+        status=RolloutBatch.Status.PENDING,
+    ).update(status=RolloutBatch.Status.RUNNING, started_at=timezone.now())
     return token
 
 
@@ -352,6 +357,13 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
 def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> None:
     now = timezone.now()
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # The episodes of a batch end together and each holds the batch row's lock until
+            # it commits: waiting for the WAL flush there queued them one flush after another.
+            # A crash that loses this commit leaves the episode running with an old heartbeat,
+            # and the periodic requeue plays it again (as for a worker that died).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit = off")
         ended = claims.job_finish(
             model=Episode,
             pk=episode.id,
@@ -363,6 +375,11 @@ def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str,
         if not ended:
             return
         counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
+        # One UPDATE of the batch row, so that the episodes ending together queue on its lock
+        # for one statement each, not three. Its SET clauses read the row as it was: this
+        # episode makes it complete when the ended count before it is one short.
+        complete = Q(episodes_total__lte=F("episodes_finished") + F("episodes_failed") + 1)
+        running = Q(status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING])
         RolloutBatch.objects.filter(id=episode.batch_id).update(
             **{counter: F(counter) + 1},
             model_calls=F("model_calls") + totals.model_calls,
@@ -370,20 +387,18 @@ def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str,
             model_retries=F("model_retries") + totals.model_retries,
             prompt_tokens=F("prompt_tokens") + totals.prompt_tokens,
             completion_tokens=F("completion_tokens") + totals.completion_tokens,
+            # The last episode to end closes the batch (exactly once: the row is locked).
+            status=Case(
+                When(complete & running, then=Value(RolloutBatch.Status.FINISHED)),
+                default=F("status"),
+            ),
+            # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
+            finished_at=Case(
+                When(complete & running, then=Value(now)),
+                When(complete & Q(finished_at__isnull=True), then=Value(now)),
+                default=F("finished_at"),
+            ),
         )
-        # The last episode to end closes the batch (exactly once: a conditional UPDATE).
-        complete = RolloutBatch.objects.filter(
-            id=episode.batch_id,
-            episodes_total__lte=F("episodes_finished") + F("episodes_failed"),
-        )
-        complete.filter(
-            status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING],
-        ).update(
-            status=RolloutBatch.Status.FINISHED,
-            finished_at=now,
-        )
-        # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
-        complete.filter(finished_at__isnull=True).update(finished_at=now)
 
 
 def batch_fail(*, batch: RolloutBatch, error: str) -> None:
