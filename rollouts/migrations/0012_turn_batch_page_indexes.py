@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("rollouts", "0010_batch_evaluates_training_job"),
+        ("rollouts", "0011_turn_viewer_indexes"),
     ]
 
     operations = [
