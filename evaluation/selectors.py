@@ -14,7 +14,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from datasets.filters import DatasetFilters, turn_queryset
 from datasets.models import DatasetVersion
 from rollouts.evaluation import (
     EpisodeOutcome,
@@ -25,6 +24,7 @@ from rollouts.evaluation import (
     summarize,
 )
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 MAX_COMPARED_BATCHES = 8
 MAX_SEED = 2**31 - 2  # the largest seed a batch accepts (RolloutSettings)
@@ -320,8 +320,8 @@ def dataset_version_seed_pairs(*, version: DatasetVersion) -> set[tuple[int, int
     The filters are run again, now: episodes recorded after the export that match them are
     included too, which can only make the held-out seeds more conservative, never less.
     """
-    filters = DatasetFilters.from_json(version.filters)
-    episode_ids = turn_queryset(filters).values("episode_id")
+    filters = TurnSelection.from_json(version.filters)
+    episode_ids = turns_selected(filters).values("episode_id")
     return set(Episode.objects.filter(id__in=episode_ids).values_list("batch_id", "seed"))
 
 

@@ -36,6 +36,7 @@ from rollouts.forms_play import ForkForm
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score, score_text
+from rollouts.turn_selection import EVERY_TURN, turns_selected
 from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -219,13 +220,13 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET or None)
     filters = form.filters() if form.is_valid() else None
     if not form.is_bound:
-        filters = selectors_review.TurnFilters()
+        filters = EVERY_TURN
     sort = request.GET.get("sort", "")
     if sort not in selectors_review.TURN_SORTS:
         sort = ""
     page = count = None
     if filters is not None:
-        turns = selectors_review.turns_filtered(filters=filters)
+        turns = turns_selected(filters)
         page = selectors_review.turn_list_page(
             turns=turns,
             sort=sort,
@@ -263,7 +264,7 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
         return HttpResponseBadRequest("invalid filters")
     filters = form.filters()
     flagged = flag_form.cleaned_data["set_flagged"]
-    turns = selectors_review.turns_filtered(filters=filters)
+    turns = turns_selected(filters)
     filter_query = _query_without(
         data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken", "sort"
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.db import connection
 
-from datasets.filters import DatasetFilters, turn_queryset
 from rollouts.models import Episode
-from rollouts.selectors_review import TURN_LIST_ORDER, TurnFilters, turns_filtered
+from rollouts.selectors_review import TURN_LIST_ORDER
 from rollouts.tests.helpers import record_batch
+from rollouts.turn_selection import EVERY_TURN, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -63,27 +65,27 @@ def played(db):
     return batch
 
 
-def _page(filters: TurnFilters):
-    return turns_filtered(filters=filters).order_by(*TURN_LIST_ORDER)[:51]
+def _page(filters: TurnSelection):
+    return turns_selected(filters).order_by(*TURN_LIST_ORDER)[:51]
 
 
 def test_it_reads_the_default_page_in_index_order(played):
-    plan = _page(TurnFilters())
+    plan = _page(EVERY_TURN)
     assert "turn_list_order_idx" in _plan(plan)
     assert "Sort" not in _plan(plan)
 
 
 def test_it_reads_flagged_and_failed_turns_from_partial_indexes(played):
-    assert "turn_list_flagged_idx" in _plan(_page(TurnFilters(flagged="only")))
-    assert "turn_list_error_idx" in _plan(_page(TurnFilters(has_error="yes")))
+    assert "turn_list_flagged_idx" in _plan(_page(replace(EVERY_TURN, flagged="only")))
+    assert "turn_list_error_idx" in _plan(_page(replace(EVERY_TURN, has_error="yes")))
 
 
 def test_it_finds_unlocked_achievements_through_gin(played):
-    assert "turn_unlocked_gin" in _plan(_page(TurnFilters(achievement="collect_wood")))
-    required = turn_queryset(DatasetFilters(require_achievements=("collect_wood",)))
+    assert "turn_unlocked_gin" in _plan(_page(replace(EVERY_TURN, turn_unlocked=("collect_wood",))))
+    required = turns_selected(TurnSelection(require_achievements=("collect_wood",)))
     # The datasets' required achievements are the episode's: `?&` on episode.achievements.
     episodes = Episode.objects.filter(achievements__has_keys=["collect_wood"]).order_by()
     assert "episode_achievements_gin" in _plan(episodes.only("id"), bitmap_only=True)
     # And they still answer correctly.
-    assert turns_filtered(filters=TurnFilters(achievement="collect_wood")).count() == 1
+    assert turns_selected(replace(EVERY_TURN, turn_unlocked=("collect_wood",))).count() == 1
     assert required.count() == 256
