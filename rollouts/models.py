@@ -233,7 +233,8 @@ class Turn(models.Model):
         ]
         # The turn list's order (newest episode first, turns in play order) and its filters
         # that keep few rows: a page of 50 is read straight off the index at any table size.
-        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0008).
+        # PostgreSQL also has, in the same order, one partial index per unlocked achievement
+        # and for reward > 0 / < 0, and trigram GIN indexes for the search (migration 0012).
         indexes = [
             models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
             models.Index(
@@ -266,7 +267,7 @@ class TurnBulkFlag(models.Model):
         DONE = "done"
         FAILED = "failed"
 
-    filters = models.JSONField(default=dict)  # the turn list's filters (TurnFilters)
+    filters = models.JSONField(default=dict)  # the turn list's TurnSelection, as JSON
     flagged = models.BooleanField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     # Turns to change when the job was asked for; PostgreSQL's estimate past a bound.
