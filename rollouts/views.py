@@ -226,7 +226,7 @@ def turn_list(request: HttpRequest) -> HttpResponse:
         sort = ""
     page = count = None
     if filters is not None:
-        turns = turns_selected(filters)
+        turns = turns_selected(filters, for_pages=True)
         page = selectors_review.turn_list_page(
             turns=turns,
             sort=sort,
@@ -264,7 +264,7 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
         return HttpResponseBadRequest("invalid filters")
     filters = form.filters()
     flagged = flag_form.cleaned_data["set_flagged"]
-    turns = turns_selected(filters)
+    turns = turns_selected(filters, for_pages=True)
     filter_query = _query_without(
         data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken", "sort"
     )

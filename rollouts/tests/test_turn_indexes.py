@@ -68,7 +68,7 @@ def played(db):
 
 
 def _page(filters: TurnSelection):
-    return turns_selected(filters).order_by(*TURN_LIST_ORDER)[:51]
+    return turns_selected(filters, for_pages=True).order_by(*TURN_LIST_ORDER)[:51]
 
 
 def test_it_reads_the_default_page_in_index_order(played):
@@ -121,3 +121,10 @@ def test_it_searches_text_through_trigram_indexes(played):
     Turn.objects.filter(episode__seed=107, index=9).update(note="found a DIAMOND here")
     found = turns_selected(replace(EVERY_TURN, search="diamond"))
     assert list(found.values_list("episode__seed", "index")) == [(107, 9)]
+
+
+def test_it_reads_a_models_turns_from_its_episodes_on_not_from_the_newest_turn(played):
+    # The episodes' ids are an index condition, not a filter on every turn walked.
+    plan = _plan(_page(replace(EVERY_TURN, models=("",), flagged="only")))
+    assert "turn_list_flagged_idx" in plan
+    assert "Index Cond: (episode_id = ANY (" in plan

@@ -103,8 +103,13 @@ def _picked(world, selection: TurnSelection) -> set[str]:
 
 
 def _listed(world, **changes) -> set[str]:
-    """What the turn list selects: every turn, narrowed."""
-    return _picked(world, replace(EVERY_TURN, **changes))
+    """What the turn list selects: every turn, narrowed; its pages' query shape picks the
+    same turns as the semi-join."""
+    selection = replace(EVERY_TURN, **changes)
+    labels = world["labels"]
+    paged = turns_selected(selection, for_pages=True).values_list("id", flat=True)
+    assert {labels[i] for i in paged} == _picked(world, selection)
+    return _picked(world, selection)
 
 
 def test_it_starts_the_turn_list_from_every_turn_and_a_dataset_without_prose_or_replays(world):
