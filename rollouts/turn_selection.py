@@ -207,7 +207,8 @@ def turns_selected(selection: TurnSelection, *, for_pages: bool = False) -> Quer
     With the semi-join the planner, which cannot know where the matches are, walked the
     list's index from the newest turn: 1-2 s at 10M turns for a model whose newest batch is
     1,000 episodes deep. Not for whole-table reads (exports): a sequential scan would test
-    each turn against the whole array.
+    each turn against the whole array; nor for counts: the planner's estimate, shown past
+    STUDIO_EXACT_COUNT_UP_TO, assumes a short array.
     """
     qs = Turn.objects.all()
     episodes = _episodes_matching(selection)
