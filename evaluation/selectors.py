@@ -24,11 +24,11 @@ from rollouts.evaluation import (
     summarize,
 )
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
 from rollouts.selectors_baselines import batches_covering_seeds
 from rollouts.turn_selection import TurnSelection, turns_selected
 
 MAX_COMPARED_BATCHES = 8
-MAX_SEED = 2**31 - 2  # the largest seed a batch accepts (RolloutSettings)
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
 # The paper's agents, in its table's order, with the names it gives them.
 REFERENCE_LABELS = {

@@ -236,7 +236,7 @@ class Turn(models.Model):
         # The turn list's order (newest episode first, turns in play order) and its filters
         # that keep few rows: a page of 50 is read straight off the index at any table size.
         # PostgreSQL also has, in the same order, one partial index per unlocked achievement
-        # and for reward > 0 / < 0, and trigram GIN indexes for the search (migration 0012).
+        # and for reward > 0 / < 0, and trigram GIN indexes for the search (migration 0013).
         indexes = [
             models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
             models.Index(
@@ -248,6 +248,18 @@ class Turn(models.Model):
                 fields=["-episode", "index"],
                 name="turn_list_error_idx",
                 condition=~models.Q(error=""),
+            ),
+            # The episode viewer's index of a 10,000-turn episode, read off the index alone
+            # (a VLM turn's row is kilobytes wide) with its few unlocking turns beside it.
+            models.Index(
+                fields=["episode", "index"],
+                include=["frame", "flagged", "reward"],
+                name="turn_viewer_idx",
+            ),
+            models.Index(
+                fields=["episode", "index"],
+                name="turn_unlocked_idx",
+                condition=~models.Q(achievements_unlocked=[]),
             ),
         ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]

@@ -100,7 +100,7 @@ def test_it_reads_unlocked_achievements_from_their_own_index_in_page_order(playe
 
 
 def test_every_achievement_has_its_index(played):
-    migration = importlib.import_module("rollouts.migrations.0012_turn_selection_indexes")
+    migration = importlib.import_module("rollouts.migrations.0013_turn_selection_indexes")
     assert migration.ACHIEVEMENTS == ACHIEVEMENTS
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'rollouts_turn'")

@@ -20,7 +20,7 @@ from rollouts.turn_selection import EVERY_TURN, FilterError, TurnSelection, turn
 
 pytestmark = pytest.mark.django_db
 
-_bulk_flag_migration = importlib.import_module("rollouts.migrations.0011_turn_bulk_flag_selection")
+_bulk_flag_migration = importlib.import_module("rollouts.migrations.0012_turn_bulk_flag_selection")
 
 ALL = {"E1.0", "E1.1", "E1.2", "E1.3", "E2.0", "E2.1", "E2.2", "E3.0", "E3.1", "E3.2", "E4.0"}
 

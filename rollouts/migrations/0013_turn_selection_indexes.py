@@ -74,7 +74,7 @@ class Migration(migrations.Migration):
     # CREATE INDEX CONCURRENTLY cannot run inside a transaction.
     atomic = False
 
-    dependencies = [("rollouts", "0011_turn_bulk_flag_selection")]
+    dependencies = [("rollouts", "0012_turn_bulk_flag_selection")]
 
     operations = [
         # No-op on other databases; pg_trgm is a trusted extension (PostgreSQL 13+): the

@@ -43,6 +43,6 @@ def forwards(apps, schema_editor) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("rollouts", "0010_batch_evaluates_training_job")]
+    dependencies = [("rollouts", "0011_turn_viewer_indexes")]
 
     operations = [migrations.RunPython(forwards, migrations.RunPython.noop, elidable=False)]
