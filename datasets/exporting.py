@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from datasets.filters import DatasetFilters, ExportOptions, check_combination, turn_queryset
+from datasets.export_options import ExportOptions, check_combination
 from datasets.jsonl import (
     EpisodeContext,
     FrameRef,
@@ -42,6 +42,7 @@ from datasets.validation import (
 )
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Frame, RolloutBatch, Turn
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 CHUNK_ROWS = 2000
 FLUSH_CHARS = 1 << 20
@@ -69,10 +70,10 @@ _JSON_FIELDS = ("request_messages", "tool_calls", "actions", "achievements_unloc
 _SMALL_JSON = 256
 
 
-def _turn_rows(filters: DatasetFilters):
+def _turn_rows(filters: TurnSelection):
     """Turn values in export order, JSON columns as text (see `_JsonLists`)."""
     return (
-        turn_queryset(filters)
+        turns_selected(filters)
         .annotate(**{f"{name}_text": Cast(name, TextField()) for name in _JSON_FIELDS})
         .order_by("episode_id", "index")
         .values_list(*_TURN_FIELDS)
@@ -285,13 +286,13 @@ class _EpisodeContexts:
         )
 
 
-def export_count(filters: DatasetFilters) -> int:
-    return turn_queryset(filters).count()
+def export_count(filters: TurnSelection) -> int:
+    return turns_selected(filters).count()
 
 
 def export_files(
     *,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     output: Path,
     val_output: Path | None = None,
@@ -424,7 +425,7 @@ def export_files(
 
 
 def preview_rows(
-    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5, store=None
+    *, filters: TurnSelection, options: ExportOptions, limit: int = 5, store=None
 ) -> list[dict[str, Any]]:
     """The first rows as the export builds them, image data swapped for frame hashes.
 

@@ -19,7 +19,6 @@ from typing import Any
 from django.core.cache import cache as django_cache
 from django.db.models import Count, Max
 
-from datasets.filters import DatasetFilters, turn_queryset
 from datasets.models import DatasetVersion
 from rollouts.evaluation import (
     EpisodeOutcome,
@@ -32,6 +31,7 @@ from rollouts.evaluation import (
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
 from rollouts.selectors_baselines import batches_covering_seeds
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 MAX_COMPARED_BATCHES = 8
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
@@ -380,8 +380,8 @@ def dataset_version_seed_pairs(*, version: DatasetVersion) -> set[tuple[int, int
     The filters are run again, now: episodes recorded after the export that match them are
     included too, which can only make the held-out seeds more conservative, never less.
     """
-    filters = DatasetFilters.from_json(version.filters)
-    episode_ids = turn_queryset(filters).values("episode_id")
+    filters = TurnSelection.from_json(version.filters)
+    episode_ids = turns_selected(filters).values("episode_id")
     return set(Episode.objects.filter(id__in=episode_ids).values_list("batch_id", "seed"))
 
 

@@ -235,7 +235,8 @@ class Turn(models.Model):
         ]
         # The turn list's order (newest episode first, turns in play order) and its filters
         # that keep few rows: a page of 50 is read straight off the index at any table size.
-        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0008).
+        # PostgreSQL also has, in the same order, one partial index per unlocked achievement
+        # and for reward > 0 / < 0, and trigram GIN indexes for the search (migration 0013).
         indexes = [
             models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
             models.Index(
@@ -287,7 +288,7 @@ class TurnBulkFlag(ClaimedJob):
     the truth about how far the job got (`changed`, `last_turn_id`).
     """
 
-    filters = models.JSONField(default=dict)  # the turn list's filters (TurnFilters)
+    filters = models.JSONField(default=dict)  # the turn list's TurnSelection, as JSON
     flagged = models.BooleanField()
     # Turns to change when the job was asked for; PostgreSQL's estimate past a bound.
     total = models.PositiveBigIntegerField(default=0)

@@ -10,15 +10,16 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import Dataset, DatasetVersion
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
 
 def _dataset(batch) -> Dataset:
     return services.dataset_create(
-        name="scripted <b>", filters=DatasetFilters(batches=(batch.id,)), options=ExportOptions()
+        name="scripted <b>", filters=TurnSelection(batches=(batch.id,)), options=ExportOptions()
     )
 
 
@@ -145,13 +146,13 @@ def test_it_exports_a_version_and_downloads_the_exact_file(
 def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_batch, settings):
     from django.db import connection
 
-    from datasets.filters import DatasetFilters, turn_queryset
+    from rollouts.turn_selection import TurnSelection, turns_selected
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
         # What PostgreSQL's planner expects the filter to match (its estimate of the join of
         # turns and episodes is not exact), asked here directly.
-        sql, params = turn_queryset(DatasetFilters()).values("pk").query.sql_with_params()
+        sql, params = turns_selected(TurnSelection()).values("pk").query.sql_with_params()
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
     planned = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"]

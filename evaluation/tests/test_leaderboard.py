@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from datasets.filters import DatasetFilters, turn_queryset
 from datasets.models import Dataset, DatasetVersion
 from evaluation import selectors
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import record_batch
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -79,8 +79,8 @@ def test_held_out_seeds_avoid_every_seed_the_training_data_played():
     train = record_batch(policy="scripted", seeds=(0, 1, 3), steps=20)
     other = record_batch(policy="random", seeds=(2, 7), steps=20)
     # The episodes a dataset version would be built from: the filter of a saved dataset.
-    filters = DatasetFilters(batches=[train.id, other.id])
-    episode_ids = set(turn_queryset(filters).values_list("episode_id", flat=True))
+    filters = TurnSelection(batches=[train.id, other.id])
+    episode_ids = set(turns_selected(filters).values_list("episode_id", flat=True))
     pairs = selectors.batch_seed_pairs(episode_ids=episode_ids)
     assert pairs == {(train.id, 0), (train.id, 1), (train.id, 3), (other.id, 2), (other.id, 7)}
     held_out = selectors.held_out_seeds_for(used=pairs, count=4)
