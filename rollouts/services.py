@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import timedelta
 from typing import Literal
 
 from django.conf import settings as django_settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from rollouts.crafter_env import library_versions
@@ -19,7 +18,7 @@ from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals, ForkDiverged
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
-from studio import queue
+from studio import claims, queue
 from studio.errors import plain_error
 from studio.untrusted import storable
 
@@ -159,30 +158,24 @@ def batch_settings(batch: RolloutBatch) -> RolloutSettings:
 
 def episode_claim(*, episode_id: int) -> str | None:
     """Take the episode if it is pending, or running with a stale heartbeat (its worker died)."""
-    now = timezone.now()
-    stale = now - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
-    token = uuid.uuid4().hex
-    claimed = (
-        Episode.objects.filter(id=episode_id)
-        .filter(
-            Q(status=Episode.Status.PENDING)
-            | Q(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
-        )
-        .update(
-            status=Episode.Status.RUNNING,
-            claim_token=token,
-            heartbeat_at=now,
-            started_at=now,
-            attempts=F("attempts") + 1,
-            error="",
-        )
+    token = claims.job_claim(
+        model=Episode,
+        pk=episode_id,
+        stale_after=episode_stale_after(),
+        attempts=F("attempts") + 1,
+        error="",
     )
-    if claimed != 1:
+    if token is None:
         return None
     RolloutBatch.objects.filter(episodes__id=episode_id, status=RolloutBatch.Status.PENDING).update(
-        status=RolloutBatch.Status.RUNNING, started_at=now
+        status=RolloutBatch.Status.RUNNING, started_at=timezone.now()
     )
     return token
+
+
+def episode_stale_after() -> timedelta:
+    """How long a running episode's worker may stay silent before it is presumed dead."""
+    return timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
 
 
 def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
@@ -280,12 +273,15 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
 def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> None:
     now = timezone.now()
     with transaction.atomic():
-        ended = Episode.objects.filter(
-            id=episode.id, claim_token=claim_token, status=Episode.Status.RUNNING
-        ).update(
-            status=status, error=error, finished_at=now, heartbeat_at=now, **totals.as_fields()
+        ended = claims.job_finish(
+            model=Episode,
+            pk=episode.id,
+            token=claim_token,
+            status=status,
+            error=error,
+            **totals.as_fields(),
         )
-        if ended != 1:
+        if not ended:
             return
         counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
         RolloutBatch.objects.filter(id=episode.batch_id).update(
@@ -336,18 +332,12 @@ def episodes_requeue_stale() -> int:
     """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
     from rollouts.tasks import episode_run as episode_run_task
 
-    stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
-    ids = list(
-        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
-        # A person's game waits for its player, however long: no worker can play it.
-        .exclude(batch__policy=RolloutBatch.Policy.HUMAN)
-        .values_list("id", flat=True)
-    )
+    # A person's game waits for its player, however long: no worker can play it.
+    played_by_workers = Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+    ids = claims.jobs_stale(rows=played_by_workers, stale_after=episode_stale_after())
     # Pending episodes whose message never left (broker down) or was lost with its data.
-    ids += queue.waiting_ids(
-        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED).exclude(
-            batch__policy=RolloutBatch.Policy.HUMAN
-        ),
+    ids += claims.jobs_waiting(
+        rows=played_by_workers.exclude(batch__status=RolloutBatch.Status.FAILED),
         created_field="batch__created_at",
     )
     return queue.resend(Episode, episode_run_task, ids)

@@ -22,7 +22,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evaluation.selectors_training import batch_evaluation
 from rollouts import selectors, selectors_play, selectors_review, services, services_review
 from rollouts.crafter_env import ACHIEVEMENTS, KEY_MAP
 from rollouts.forms import (
@@ -36,6 +35,7 @@ from rollouts.forms_play import ForkForm
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score, score_text
+from rollouts.selectors_baselines import batch_evaluation
 from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

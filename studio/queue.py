@@ -1,18 +1,16 @@
 """Sending work to Celery when the broker may be down: one place that knows how it fails.
 
 The row is the truth and the message only a nudge: a send that fails is logged and left to
-the periodic requeue (`rollouts.services.work_requeue`), which sends again what is still
-waiting once the broker is back. Claims make a second message for the same row harmless.
+the periodic requeue (beat tasks picking rows with `studio.claims.jobs_to_resend`), which
+sends again what is still waiting once the broker is back. Claims make a second message for
+the same row harmless.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Q, QuerySet
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -36,27 +34,20 @@ def send(task: Any, *args: Any) -> bool:
     return True
 
 
-def waiting_ids(rows: QuerySet, *, created_field: str) -> list[int]:
-    """Pending rows whose message never left (after a grace for on_commit to send it), or
-    left long ago without a worker starting them (a message lost with the broker's data)."""
-    now = timezone.now()
-    grace = now - timedelta(seconds=settings.STUDIO_REQUEUE_GRACE_SECONDS)
-    lost = now - timedelta(seconds=settings.STUDIO_REQUEUE_PENDING_SECONDS)
-    return list(
-        rows.filter(status="pending")
-        .filter(
-            Q(enqueued_at__isnull=True, **{f"{created_field}__lt": grace}) | Q(enqueued_at__lt=lost)
-        )
-        .values_list("id", flat=True)
-    )
+def send_job(model, task, pk: int) -> bool:
+    """Send the row's task and date its `enqueued_at`; False (the date stays) when the
+    broker cannot be reached, for the periodic requeue to send it later."""
+    if not send(task, pk):
+        return False
+    model.objects.filter(pk=pk).update(enqueued_at=timezone.now())
+    return True
 
 
 def resend(model, task, ids: list[int]) -> int:
-    """Send each id; stamp `enqueued_at` on those sent. Stops at the first refused send."""
+    """Send each id as `send_job` does. Stops at the first refused send."""
     sent = 0
     for row_id in ids:
-        if not send(task, row_id):
+        if not send_job(model, task, row_id):
             break
-        model.objects.filter(id=row_id).update(enqueued_at=timezone.now())
         sent += 1
     return sent
