@@ -131,14 +131,16 @@ def recorded_episode(*, policy: str, seed: int, steps: int) -> tuple[int, float,
     recorder_log.addHandler(started)
     # Only this handler sees the debug record (not the console's).
     level, propagate = recorder_log.level, recorder_log.propagate
-    recorder_log.level, recorder_log.propagate = logging.DEBUG, False
+    recorder_log.setLevel(logging.DEBUG)
+    recorder_log.propagate = False
     try:
         start = time.perf_counter()
         assert services.episode_run(episode_id=episode.id) == "finished"
         end = time.perf_counter()
     finally:
         recorder_log.removeHandler(started)
-        recorder_log.level, recorder_log.propagate = level, propagate
+        recorder_log.setLevel(level)
+        recorder_log.propagate = propagate
     assert started.at is not None, "the recorder no longer logs when its steps start"
     episode.refresh_from_db()
     return episode.steps, end - start, end - started.at
