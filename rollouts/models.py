@@ -248,6 +248,31 @@ class Turn(models.Model):
                 name="turn_list_error_idx",
                 condition=~models.Q(error=""),
             ),
+            # The batch page: its episodes' error counts (error or error_kind set: this index
+            # or-ed with turn_list_error_idx) and mean latency are read from these (a few MB
+            # for a batch of 256,000 turns) instead of every turn row.
+            models.Index(
+                fields=["episode"],
+                name="turn_episode_error_kind_idx",
+                condition=~models.Q(error_kind=""),
+            ),
+            models.Index(
+                fields=["episode", "latency_ms"],
+                name="turn_episode_latency_idx",
+                condition=models.Q(latency_ms__gt=0),
+            ),
+            # The episode viewer's index of a 10,000-turn episode, read off the index alone
+            # (a VLM turn's row is kilobytes wide) with its few unlocking turns beside it.
+            models.Index(
+                fields=["episode", "index"],
+                include=["frame", "flagged", "reward"],
+                name="turn_viewer_idx",
+            ),
+            models.Index(
+                fields=["episode", "index"],
+                name="turn_unlocked_idx",
+                condition=~models.Q(achievements_unlocked=[]),
+            ),
         ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]
 

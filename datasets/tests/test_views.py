@@ -169,6 +169,24 @@ def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_ba
     assert f'data-count="images">{round(177 * turns / 90)}<'.encode() in counts.content
 
 
+def test_live_counts_are_exact_up_to_the_bound_and_about_past_it(
+    editor_client, scripted_batch, settings
+):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    query = {"name": "x", "flagged": "any", "history_frames": "0", "format": "studio"}
+    settings.STUDIO_EXACT_COUNT_UP_TO = 90  # the fixture's 3 episodes x 30 turns: all read
+    exact = editor_client.get(reverse("datasets:dataset_counts"), query).content.decode()
+    assert "about</span>" not in exact and 'data-estimated="true"' not in exact
+    assert '<strong data-count="turns">90</strong>' in exact
+    assert '<strong data-count="episodes">3</strong>' in exact
+    settings.STUDIO_EXACT_COUNT_UP_TO = 89
+    about = editor_client.get(reverse("datasets:dataset_counts"), query).content.decode()
+    assert "about</span>" in about and 'data-estimated="true"' in about
+
+
 def test_it_names_an_import_after_the_uploaded_file_and_shows_its_tool_calls(editor_client):
     call = {
         "id": "call_1",

@@ -116,3 +116,23 @@ def test_it_finds_the_base_models_batches_on_the_held_out_seeds():
     found = selectors.batches_covering_seeds(model="base", seeds=[4, 5, 6, 8])
     assert [b.id for b in found] == [covering.id]
     assert selectors.batches_covering_seeds(model="base", seeds=[]) == []
+
+
+def test_the_leaderboard_is_cached_until_its_batches_episodes_change(
+    django_assert_num_queries,
+):
+    batch = _finished_batch(seeds=range(4), unlocked=["collect_wood"])
+    (first,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (first.summary.episodes, first.summary.failed) == (4, 0)
+    # Finished batches and their episodes' signature; their episodes are not read again.
+    with django_assert_num_queries(2):
+        (again,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert again.summary == first.summary
+    Episode.objects.filter(batch=batch, seed=3).update(status="failed")
+    (failed,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (failed.summary.episodes, failed.summary.failed) == (4, 1)
+    Episode.objects.create(batch=batch, seed=9, status="finished", achievements={})
+    (grown,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (grown.summary.episodes, grown.summary.finished) == (5, 4)
+    # collect_wood in 3 of 4 finished episodes: 75%.
+    assert grown.summary.success_rates["collect_wood"] == 75.0
