@@ -86,15 +86,80 @@ FACING_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
 
 
 class _ReproducibleLocalView(engine.LocalView):
-    """Night noise from its own generator, keyed by (seed, step), never the world's."""
+    """Night noise from its own generator, keyed by (seed, step), never the world's.
+
+    It also draws faster than crafter's `LocalView`, with the same pixels: the ground of all
+    cells at once from a texture atlas, and only the creatures inside the view (crafter
+    draws cell by cell and looks at every creature of the world).
+    """
 
     noise_key: tuple[int, int] = (0, 0)
+
+    def __call__(self, player, unit) -> np.ndarray:
+        ux, uy = int(unit[0]), int(unit[1])
+        atlas = self._ground_atlas(ux, uy)
+        if atlas is None:  # a texture of another shape than crafter's: draw as crafter does
+            return super().__call__(player, unit)
+        self._unit = np.array(unit)
+        self._center = np.array(player.pos)
+        world = self._world
+        gx, gy = int(self._grid[0]), int(self._grid[1])
+        ax, ay = world.area
+        x0 = int(player.pos[0]) - int(self._offset[0])
+        y0 = int(player.pos[1]) - int(self._offset[1])
+        xs, ys = np.arange(x0, x0 + gx), np.arange(y0, y0 + gy)
+        inside = ((xs >= 0) & (xs < ax))[:, None] & ((ys >= 0) & (ys < ay))[None, :]
+        window = np.ix_(np.clip(xs, 0, ax - 1), np.clip(ys, 0, ay - 1))
+        # Cells outside the world keep crafter's grey (127): the atlas's last entry.
+        materials = np.where(inside, world._mat_map[window], len(atlas) - 1)
+        canvas = atlas[materials].transpose(0, 2, 1, 3, 4).reshape(gx * ux, gy * uy, 3)
+        ids = np.where(inside, world._obj_map[window], 0)
+        # Creatures over the ground, in the world's order as crafter draws them; each has a
+        # cell of its own, so the order does not change the pixels.
+        for index, x, y in sorted(zip(ids[inside].tolist(), *np.nonzero(inside), strict=True)):
+            if index:
+                texture = self._textures.get(world._objects[index].texture, (ux, uy))
+                engine._draw_alpha(canvas, (int(x) * ux, int(y) * uy), texture)
+        canvas = self._light(canvas, world.daylight)
+        if player.sleeping:
+            canvas = self._sleep(canvas)
+        return canvas
+
+    def _ground_atlas(self, ux: int, uy: int) -> np.ndarray | None:
+        """One (ux, uy, 3) texture per material id, then the grey of cells outside the world."""
+        key = (ux, uy, len(self._world._mat_names))
+        cached = getattr(self, "_atlas", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        names = self._world._mat_names
+        textures = [self._textures.get(names[i], (ux, uy)) for i in range(len(names))]
+        if any(t.ndim != 3 or t.shape[:2] != (ux, uy) or t.dtype != np.uint8 for t in textures):
+            return None
+        atlas = np.stack([t[..., :3] for t in textures] + [np.full((ux, uy, 3), 127, np.uint8)])
+        self._atlas = (key, atlas)
+        return atlas
 
     def _noise(self, canvas: np.ndarray, amount: float, stddev: float) -> np.ndarray:
         rng = np.random.default_rng(self.noise_key)
         noise = rng.uniform(32, 127, canvas.shape[:2])[..., None]
         mask = amount * self._vignette(canvas.shape, stddev)[..., None]
         return (1 - mask) * canvas + mask * noise
+
+
+class _RememberingItemView(engine.ItemView):
+    """crafter's inventory view, drawn once per distinct inventory (it changes rarely)."""
+
+    def __call__(self, inventory, unit) -> np.ndarray:
+        key = (tuple(inventory.items()), int(unit[0]), int(unit[1]))
+        drawn = self.__dict__.setdefault("_drawn", {})
+        canvas = drawn.get(key)
+        if canvas is None:
+            if len(drawn) >= 256:
+                drawn.clear()
+            canvas = super().__call__(inventory, unit)
+            canvas.flags.writeable = False
+            drawn[key] = canvas
+        return canvas
 
 
 class StudioEnv(crafter.Env):
@@ -117,7 +182,7 @@ class StudioEnv(crafter.Env):
         self._local_view = _ReproducibleLocalView(
             self._world, self._textures, [view[0], view[1] - item_rows]
         )
-        self._item_view = engine.ItemView(self._textures, [view[0], item_rows])
+        self._item_view = _RememberingItemView(self._textures, [view[0], item_rows])
         self._sem_view = engine.SemanticView(
             self._world,
             [
@@ -243,25 +308,33 @@ class StudioEnv(crafter.Env):
         names = world._mat_names
         gx, gy = LOCAL_VIEW_GRID
         px, py = int(player.pos[0]), int(player.pos[1])
+        x0, y0 = px - gx // 2, py - gy // 2
+        # The window as Python lists, read once: indexing numpy cell by cell costs more.
+        xa, xb, ya, yb = max(x0, 0), min(x0 + gx, AREA[0]), max(y0, 0), min(y0 + gy, AREA[1])
+        materials = world._mat_map[xa:xb, ya:yb].tolist()
+        ids = world._obj_map[xa:xb, ya:yb].tolist()
         rows: list[list[str]] = []
-        for y in range(py - gy // 2, py - gy // 2 + gy):
+        for y in range(y0, y0 + gy):
             row = []
-            for x in range(px - gx // 2, px - gx // 2 + gx):
-                if not (0 <= x < AREA[0] and 0 <= y < AREA[1]):
+            for x in range(x0, x0 + gx):
+                if not (xa <= x < xb and ya <= y < yb):
                     row.append("void")
                     continue
-                obj = world._objects[world._obj_map[x, y]]
+                obj = world._objects[ids[x - xa][y - ya]]
                 if obj is None:
-                    row.append(names[world._mat_map[x, y]])
+                    row.append(names[materials[x - xa][y - ya]])
                 else:
                     row.append("you" if obj is player else type(obj).__name__.lower())
             rows.append(row)
         return rows
 
 
-def text_observation(env: StudioEnv) -> str:
-    """The text observation of SPEC section 3: what a text-only agent needs to play."""
-    state = env.state()
+def text_observation(env: StudioEnv, state: dict[str, Any] | None = None) -> str:
+    """The text observation of SPEC section 3: what a text-only agent needs to play.
+
+    `state`, when given, is `env.state()` at this step (a recorder has it already).
+    """
+    state = env.state() if state is None else state
     v = state["vitals"]
     inventory = ", ".join(f"{k}={n}" for k, n in state["inventory"].items()) or "empty"
     achievements = ", ".join(state["achievements"]) or "none"
@@ -283,6 +356,9 @@ def text_observation(env: StudioEnv) -> str:
 def _without_textures(view: Any) -> Any:
     clone = copy.copy(view)
     clone._textures = None
+    # What the view drew from the textures goes too (the snapshot stays small).
+    clone.__dict__.pop("_atlas", None)
+    clone.__dict__.pop("_drawn", None)
     return clone
 
 

@@ -8,6 +8,7 @@ re-claimed by another) stops at its next chunk instead of writing beside the new
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -163,6 +164,11 @@ class EpisodeRecorder:
         settings, episode = self.settings, self.episode
         env = StudioEnv(seed=int(episode.seed), size=settings.image_size, length=settings.steps)
         frame, png = self._add_frame(env, env.reset())
+        # When the steps start (the game is built and reset): `benchmarks/rollout_throughput`
+        # times the steps from here, as it times stock crafter's after its `reset()`.
+        logger.debug(
+            "episode %s: reset, playing", episode.id, extra={"steps_started": time.perf_counter()}
+        )
         history: deque[PastTurn] = deque(maxlen=max(settings.history_frames, 1))
         unlocked: set[str] = set()
         done = False
@@ -178,7 +184,7 @@ class EpisodeRecorder:
                 turn=turn_index,
                 step=env.step_count,
                 step_limit=settings.steps,
-                text=text_observation(env),
+                text=text_observation(env, frame.state),
                 frame_step=frame.step,
                 png=png,
                 history=tuple(history) if settings.history_frames else (),

@@ -84,6 +84,44 @@ def test_it_matches_a_plain_crafter_loop_for_the_first_steps(seed):
         assert expected_reward == reward
 
 
+def _drawn_by_crafter(env: StudioEnv) -> np.ndarray:
+    """The frame as crafter's own `Env.render` draws it, with crafter's `LocalView` and
+    `ItemView` code (the noise stays ours: it is the one reproducible change)."""
+    from crafter import engine
+
+    size = env._size
+    unit = size // env._view
+    canvas = np.zeros((*tuple(size), 3), np.uint8)
+    local = engine.LocalView.__call__(env._local_view, env._player, unit)
+    items = engine.ItemView.__call__(env._item_view, env._player.inventory, unit)
+    view = np.concatenate([local, items], 1)
+    x, y = (size - unit * env._view) // 2
+    canvas[x : x + view.shape[0], y : y + view.shape[1]] = view
+    return canvas.transpose((1, 0, 2))
+
+
+@pytest.mark.parametrize("size", [64, 96])
+def test_it_draws_every_frame_as_crafters_views_draw_it(size):
+    # A long game, through the night and asleep, with creatures and a changing inventory.
+    env = StudioEnv(seed=3, size=size, length=450)
+    assert np.array_equal(env.reset(), _drawn_by_crafter(env))
+    rng = np.random.default_rng(3)
+    seen = {"night": 0, "asleep": 0, "creatures": 0, "inventories": set()}
+    done = False
+    while not done:
+        action = "sleep" if rng.uniform() < 0.2 else ACTIONS[int(rng.integers(17))]
+        pixels, _, done, _ = env.step(ACTION_INDEX[action])
+        assert np.array_equal(pixels, _drawn_by_crafter(env)), f"step {env.step_count}"
+        seen["night"] += env._world.daylight < 0.5
+        seen["asleep"] += env._player.sleeping
+        seen["creatures"] += any(
+            o is not env._player and env._player.distance(o) <= 3 for o in env._world.objects
+        )
+        seen["inventories"].add(tuple(env._player.inventory.items()))
+    assert seen["night"] and seen["asleep"] and seen["creatures"]
+    assert len(seen["inventories"]) > 5
+
+
 def test_it_encodes_frames_losslessly_and_stably():
     env = StudioEnv(seed=1, size=64)
     pixels = env.reset()
@@ -109,6 +147,22 @@ def test_it_describes_the_game_in_text():
     assert [len(row) for row in cells] == [9] * 7
     assert cells[3][4] == "you"
     assert sum(row.count("you") for row in cells) == 1
+    # At the world's corner: cells past the edge are "void", the others read from crafter's
+    # own `World[pos]`.
+    env._world.move(env._player, (1, 62))
+    rows = text_observation(env).split("centre):\n", 1)[1].splitlines()
+    for row, y in zip(rows, range(62 - 3, 62 + 4), strict=True):
+        expected = []
+        for x in range(1 - 4, 1 + 5):
+            material, obj = env._world[(x, y)]
+            if not (0 <= x < 64 and 0 <= y < 64):
+                expected.append("void")
+            elif obj is not None:
+                expected.append("you" if obj is env._player else type(obj).__name__.lower())
+            else:
+                expected.append(material)
+        assert row.split() == expected
+    assert rows[3].split()[:3] == ["void"] * 3 and rows[6].split() == ["void"] * 9
     assert len(ACTIONS) == 17
 
 
