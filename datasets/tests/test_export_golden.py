@@ -89,7 +89,7 @@ def _turns(episode, frames, actions, by_index=None):
             episode=episode,
             index=index,
             frame=frame,
-            observation_text=f"Turn {index}: grass \u00e0 gauche, \"tree\" ahead\n\u26cf",
+            observation_text=f'Turn {index}: grass \u00e0 gauche, "tree" ahead\n\u26cf',
             actions=acts,
             **(by_index or {}).get(index, {}),
         )
