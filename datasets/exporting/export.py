@@ -8,7 +8,8 @@ Memory does not grow with the number of rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from datasets.exporting.files import ExportResult, OutputFiles
@@ -79,21 +80,40 @@ def export_files(
 
 
 class _Episodes:
-    """The context and split of the episode the stream is in, read when it reaches one."""
+    """The context and split of each episode the stream reaches.
+
+    Read a chunk of rows at a time, in a few queries; with history frames (every turn's
+    frame) one episode at a time, so that memory holds one episode's turns.
+    """
 
     def __init__(self, options: ExportOptions, *, splitting: bool) -> None:
         self.contexts = EpisodeContexts(history_frames=options.history_frames)
         self.val_fraction = options.val_fraction if splitting else 0.0
-        self.current: EpisodeContext | None = None
-        self.split = "train"
+        self._loaded: dict[int, EpisodeContext] = {}
+        self._splits: dict[int, str] = {}
 
-    def of(self, row: TurnRow) -> EpisodeContext:
-        if self.current is None or self.current.episode_id != row.episode_id:
-            self.current = self.contexts.load_for(row)
-            self.split = episode_split(
-                batch_id=row.batch_id, seed=self.current.seed, val_fraction=self.val_fraction
-            )
-        return self.current
+    def read_for(self, rows: list[TurnRow]) -> None:
+        """Read the contexts `rows` need; forget the ones they do not."""
+        if self.contexts.history_frames:
+            return
+        wanted = {row.episode_id: (row.batch_id, row.seed) for row in rows}
+        loaded = {e: self._loaded[e] for e in wanted if e in self._loaded}
+        missing = {e: first for e, first in wanted.items() if e not in loaded}
+        if missing:
+            loaded.update(self.contexts.load_many(missing))
+        self._keep(loaded)
+
+    def of(self, row: TurnRow) -> tuple[EpisodeContext, str]:
+        if row.episode_id not in self._loaded:
+            self._keep({row.episode_id: self.contexts.load_for(row)})
+        return self._loaded[row.episode_id], self._splits[row.episode_id]
+
+    def _keep(self, loaded: dict[int, EpisodeContext]) -> None:
+        self._loaded = loaded
+        self._splits = {
+            e: episode_split(batch_id=c.batch_id, seed=c.seed, val_fraction=self.val_fraction)
+            for e, c in loaded.items()
+        }
 
 
 def row_kept(filters: DatasetFilters, built: BuiltRow) -> bool:
@@ -117,15 +137,23 @@ def _write_rows(
     """Build, check and write every row kept; the number of turns read."""
     parse = JsonLists()
     done = 0
-    for row in rows:
-        episode = episodes.of(row)
-        built = builder.row(turn_record(row, parse), episode, split=episodes.split)
-        done += 1
-        if progress is not None and done % every == 0:
-            progress(done)
-        if row_kept(filters, built):
-            _write_row(built, row.episode_id, split=episodes.split, files=files, checks=checks)
+    for chunk in _chunks(rows, every):
+        episodes.read_for(chunk)
+        for row in chunk:
+            episode, split = episodes.of(row)
+            built = builder.row(turn_record(row, parse), episode, split=split)
+            done += 1
+            if progress is not None and done % every == 0:
+                progress(done)
+            if row_kept(filters, built):
+                _write_row(built, row.episode_id, split=split, files=files, checks=checks)
     return done
+
+
+def _chunks(rows: Iterable[TurnRow], size: int) -> Iterator[list[TurnRow]]:
+    iterator = iter(rows)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def _write_row(

@@ -15,7 +15,7 @@ from django.db.models import F, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from datasets.filters import DatasetFilters, turn_queryset
-from datasets.jsonl import EpisodeContext, FrameRef, TurnRecord, cumulative_unique
+from datasets.jsonl import EpisodeContext, FrameRef, RunningCount, TurnRecord
 from rollouts.models import Frame, RolloutBatch, Turn
 
 _SMALL_JSON = 256
@@ -112,30 +112,71 @@ class JsonLists:
 
 
 class EpisodeContexts:
-    """Reads each episode's context once, when the stream reaches it."""
+    """Reads episodes' contexts: per episode, or many in a few queries (`load_many`)."""
 
     def __init__(self, *, history_frames: int) -> None:
         self.history_frames = history_frames
         self._batches: dict[int, tuple[str, str, list | None]] = {}
 
     def load(self, episode_id: int, *, batch_id: int, seed: int) -> EpisodeContext:
-        if batch_id not in self._batches:
-            model, policy, settings = RolloutBatch.objects.filter(id=batch_id).values_list(
-                "model", "policy", "settings"
-            )[0]
+        return self.load_many({episode_id: (batch_id, seed)})[episode_id]
+
+    def load_for(self, row: TurnRow) -> EpisodeContext:
+        """The context of the episode `row` belongs to."""
+        return self.load(row.episode_id, batch_id=row.batch_id, seed=row.seed)
+
+    def load_many(self, episodes: dict[int, tuple[int, int]]) -> dict[int, EpisodeContext]:
+        """Contexts of `episodes` ({id: (batch id, seed)}) in a few queries, not a few each.
+
+        Cumulative achievements come from the turns that unlocked something (few). With
+        history frames every turn's frame is read: pass few episodes then.
+        """
+        self._load_batches({batch_id for batch_id, _ in episodes.values()})
+        turns = Turn.objects.filter(episode_id__in=list(episodes)).order_by("episode_id", "index")
+        unlocked: dict[int, list[tuple[int, list[str]]]] = {e: [] for e in episodes}
+        turn_frames: dict[int, dict[int, FrameRef]] = {e: {} for e in episodes}
+        if self.history_frames:
+            for episode_id, index, names, sha, name in turns.values_list(
+                "episode_id", "index", "achievements_unlocked", "frame__sha256", "frame__image"
+            ):
+                unlocked[episode_id].append((index, names))
+                turn_frames[episode_id][index] = FrameRef(sha, name)
+        else:
+            for episode_id, index, names in turns.exclude(achievements_unlocked=[]).values_list(
+                "episode_id", "index", "achievements_unlocked"
+            ):
+                unlocked[episode_id].append((index, names))
+        return {
+            episode_id: self._context(
+                episode_id,
+                batch_id=batch_id,
+                seed=seed,
+                cumulative=RunningCount(unlocked[episode_id]),
+                turn_frames=turn_frames[episode_id],
+            )
+            for episode_id, (batch_id, seed) in episodes.items()
+        }
+
+    def _load_batches(self, batch_ids: set[int]) -> None:
+        missing = batch_ids - self._batches.keys()
+        if not missing:
+            return
+        for batch_id, model, policy, settings in RolloutBatch.objects.filter(
+            id__in=missing
+        ).values_list("id", "model", "policy", "settings"):
             tools = settings.get("tools") if isinstance(settings, dict) else None
             self._batches[batch_id] = (model, policy, tools if isinstance(tools, list) else None)
+
+    def _context(
+        self,
+        episode_id: int,
+        *,
+        batch_id: int,
+        seed: int,
+        cumulative: RunningCount,
+        turn_frames: dict[int, FrameRef],
+    ) -> EpisodeContext:
         model, policy, tools = self._batches[batch_id]
-        turns = Turn.objects.filter(episode_id=episode_id).order_by("index")
-        if self.history_frames:
-            shown = list(
-                turns.values_list("index", "achievements_unlocked", "frame__sha256", "frame__image")
-            )
-            unlocked = [(index, names) for index, names, _, _ in shown]
-            turn_frames = {index: FrameRef(sha, name) for index, _, sha, name in shown}
-        else:
-            unlocked = list(turns.values_list("index", "achievements_unlocked"))
-            turn_frames = {}
 
         def frames_by_step() -> dict[int, FrameRef]:
             return {
@@ -151,12 +192,8 @@ class EpisodeContexts:
             seed=int(seed),
             model=model,
             policy=policy,
-            cumulative=cumulative_unique(unlocked),
+            cumulative=cumulative,
             turn_frames=turn_frames,
             frames_by_step=frames_by_step,
             tools=tools,
         )
-
-    def load_for(self, row: TurnRow) -> EpisodeContext:
-        """The context of the episode `row` belongs to."""
-        return self.load(row.episode_id, batch_id=row.batch_id, seed=row.seed)
