@@ -193,7 +193,7 @@ class RowBuilder:
 
     def image_part(self, frame: FrameRef, extra: dict[str, Any] | None = None) -> str:
         """`{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`."""
-        extra_json = dumps(extra)[1:-1] if extra else ""
+        extra_json = _dumps_flat(extra)[1:-1] if extra else ""
         key = (frame.sha256, extra_json)
         part = self._images.get(key)
         if part is not None:
