@@ -106,10 +106,11 @@ def seed() -> dict[str, int]:
 
     # Crafter's scripted and random players die before step 256, so the viewer's episode is
     # written directly, from the observation text and state of a short game really played.
-    played = services.batch_create(
-        settings=RolloutSettings(policy="scripted", seeds=(1,), steps=8), enqueue=False
-    ).episodes.get()
-    assert services.episode_run(episode_id=played.id) == "finished"
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=(1,), steps=8)
+    )
+    played = batch.episodes.get()
+    assert played.status == "finished", played.error
     real_turn = played.turns.select_related("frame").order_by("index").last()
     observation, state = real_turn.observation_text, real_turn.frame.state
 

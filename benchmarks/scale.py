@@ -244,6 +244,7 @@ def pages(ids: dict[str, object]) -> dict[str, str]:
         ),
         "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
         "episode_viewer_10000_turns": f"/episodes/{ids['long_episode_id']}/",
+        "episode_viewer_turn_detail": f"/episodes/{ids['long_episode_id']}/turns/5000/",
     }
 
 

@@ -10,7 +10,11 @@ process, as synth-ai's scripts did. Both sides are best of `--repeat` runs.
 `cpu_per_call_ms` is the workers' own CPU time (user + system, all threads) over the calls
 they made: what one call costs a worker, whatever the host's load.
 
-    python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential]
+`--timeline` starts the workers with `benchmarks/vlm_trace.py`, which times each episode's
+steps (task received, claim, world generation, each call, rows, end), and adds where the
+last timed run's episodes waited (`timeline`: milestones and gaps, seconds, p50/p90/max).
+
+    python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential] [--timeline]
         [--episodes 64] [--turns 5] [--concurrency 64] [--workers 2] [--threads 32]
 
 Reads DATABASE_URL (default: a `studio_bench` PostgreSQL database, created and migrated
@@ -43,6 +47,8 @@ WORKERS = 2
 TARGET_IDEAL = 0.7
 TARGET_SEQUENTIAL = 10.0
 SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
+# A queue of its own: other workers on the same broker never take the benchmark's episodes.
+QUEUE = "vlm-bench"
 
 
 def serve_chat(conn, delay: float) -> None:
@@ -92,7 +98,7 @@ def ensure_database(url: str) -> None:
 
 
 def start_workers(
-    env: dict[str, str], logs: Path, *, workers: int, threads: int
+    env: dict[str, str], logs: Path, *, workers: int, threads: int, app: str = "studio"
 ) -> list[subprocess.Popen]:
     celery = str(Path(sys.executable).with_name("celery"))
     started = []
@@ -103,7 +109,7 @@ def start_workers(
                 [
                     *([celery] if Path(celery).exists() else [sys.executable, "-m", "celery"]),
                     "-A",
-                    "studio",
+                    app,
                     "worker",
                     "--pool",
                     "threads",
@@ -115,6 +121,8 @@ def start_workers(
                     "WARNING",
                     "--without-gossip",
                     "--without-mingle",
+                    "-Q",
+                    QUEUE,
                 ],
                 cwd=ROOT,
                 env=env,
@@ -170,6 +178,7 @@ def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
     started = time.monotonic()
     batch = services.batch_create(settings=settings)
     batch.enqueue_s = time.monotonic() - started  # rows written and every task sent
+    batch.wall_start = time.time() - batch.enqueue_s
     while time.monotonic() - started < timeout:
         batch.refresh_from_db()
         if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
@@ -180,15 +189,9 @@ def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
 
 def run_sequential(settings) -> tuple[float, object]:
     from rollouts import services
-    from rollouts.models import Episode
 
     started = time.monotonic()
-    batch = services.batch_create(settings=settings, enqueue=False)
-    for episode_id in (
-        Episode.objects.filter(batch=batch).order_by("seed").values_list("id", flat=True)
-    ):
-        services.episode_run(episode_id=episode_id)
-    batch.refresh_from_db()
+    batch = services.batch_run_inline(settings=settings, workers=1)
     return time.monotonic() - started, batch
 
 
@@ -204,6 +207,12 @@ def main() -> None:
         "--threads", type=int, default=0, help="threads per worker (default: concurrency/workers)"
     )
     parser.add_argument("--history-frames", type=int, default=0, help="frames of history per call")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="time each episode's steps in the workers (benchmarks/vlm_trace.py) and report "
+        "where the last timed run waited",
+    )
     args = parser.parse_args()
     workers_n = max(1, args.workers)
     threads = args.threads or max(1, -(-args.concurrency // workers_n))
@@ -232,6 +241,7 @@ def main() -> None:
     from studio.celery import app
 
     call_command("migrate", verbosity=0)
+    app.conf.task_default_queue = QUEUE
     app.control.purge()
 
     server = Endpoint(delay=DELAY)
@@ -249,7 +259,18 @@ def main() -> None:
         )
 
     seeds = range(args.episodes)
-    workers = start_workers(env, scratch, workers=workers_n, threads=threads)
+    trace_dir = scratch / "trace"
+    worker_env = env
+    if args.timeline:
+        trace_dir.mkdir()
+        worker_env = {**env, "VLM_TRACE_DIR": str(trace_dir), "PYTHONPATH": str(ROOT)}
+    workers = start_workers(
+        worker_env,
+        scratch,
+        workers=workers_n,
+        threads=threads,
+        app="benchmarks.vlm_trace" if args.timeline else "studio",
+    )
     try:
         wait_for_workers(app, workers)
         # Warm the workers (imports, JIT, connections, every thread) on other seeds, untimed.
@@ -259,6 +280,8 @@ def main() -> None:
         pids = [w.pid for w in workers]
         print("vlm_concurrency: warmed up, timed runs start", file=sys.stderr, flush=True)
         for _ in range(max(1, args.repeat)):
+            for path in trace_dir.glob("*.jsonl"):
+                path.write_text("")  # the last run's timeline only
             before, _ = server.counts(reset=True)
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
             elapsed, batch = run_batch(settings("vlm bench", seeds, args.turns))
@@ -310,6 +333,13 @@ def main() -> None:
         "host_load_1m_before": round(load, 2),
         "host_load_1m_runs": [round(r[5], 2) for r in runs],
     }
+
+    if args.timeline:
+        from benchmarks.vlm_trace import summarize
+
+        result["timeline"] = summarize(trace_dir, start=runs[-1][1].wall_start)
+        result["timeline"]["enqueue_s"] = round(runs[-1][1].enqueue_s, 3)
+        result["timeline"]["elapsed_s"] = round(runs[-1][0], 3)
 
     if args.skip_sequential:
         sequential = calls * DELAY

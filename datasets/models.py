@@ -7,6 +7,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from studio.models import ClaimedJob
+
 
 class Dataset(models.Model):
     """A saved filter over turns (datasets.filters.DatasetFilters) plus export options."""
@@ -41,18 +43,11 @@ class Dataset(models.Model):
             raise ValidationError(str(exc)) from exc
 
 
-class DatasetVersion(models.Model):
+class DatasetVersion(ClaimedJob):
     """One export of a dataset. Once `done`, nothing about it changes (see `save`)."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
 
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="versions")
     number = models.PositiveIntegerField()
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     # the filter and options exactly as they were when the version was asked for
     filters = models.JSONField(default=dict)
     export_options = models.JSONField(default=dict)
@@ -71,21 +66,6 @@ class DatasetVersion(models.Model):
     hf_bytes = models.PositiveBigIntegerField(default=0)
     progress_rows = models.PositiveIntegerField(default=0)
     total_rows = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
-    claim_token = models.CharField(max_length=64, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # When a message was last handed to the broker; null: never (the broker was down).
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["dataset_id", "-number"]
@@ -121,14 +101,8 @@ class DatasetVersion(models.Model):
         return (self.split or {}).get("val") or {}
 
 
-class DatasetImport(models.Model):
+class DatasetImport(ClaimedJob):
     """An uploaded JSONL file being checked and imported by a worker: the row is the truth."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
 
     class Phase(models.TextChoices):
         WAITING = "waiting"
@@ -140,32 +114,16 @@ class DatasetImport(models.Model):
     original_name = models.CharField(max_length=200, blank=True)
     upload = models.CharField(max_length=300, help_text="Storage name of the uploaded file.")
     skip_existing = models.BooleanField(default=False)
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     phase = models.CharField(max_length=20, choices=Phase.choices, default=Phase.WAITING)
     total_bytes = models.PositiveBigIntegerField(default=0)
     checked_bytes = models.PositiveBigIntegerField(default=0)
     total_lines = models.PositiveIntegerField(default=0)
     written_lines = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
     errors = models.JSONField(default=list, blank=True)  # "line N: ..." strings
     summary = models.JSONField(default=dict, blank=True)
     dataset = models.ForeignKey(
         Dataset, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    claim_token = models.CharField(max_length=64, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # When a message was last handed to the broker; null: never (the broker was down).
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -6,7 +6,6 @@ import dataclasses
 import logging
 import shutil
 import tempfile
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -14,7 +13,7 @@ from typing import Literal
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -30,7 +29,7 @@ from datasets.hf_export import HFResult, write_hf_dataset, zip_directory
 from datasets.models import Dataset, DatasetVersion
 from datasets.preferences import export_preference_files
 from rollouts.models import RolloutBatch
-from studio import queue
+from studio import claims, queue
 from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
@@ -168,44 +167,15 @@ def dataset_version_enqueue(*, version: DatasetVersion) -> bool:
     """Send the export; False when the broker is down (the periodic requeue sends it later)."""
     from datasets.tasks import dataset_version_export as task
 
-    if not queue.send(task, version.id):
-        return False
-    DatasetVersion.objects.filter(id=version.id).update(enqueued_at=timezone.now())
-    return True
+    return queue.send_job(DatasetVersion, task, version.id)
 
 
 def dataset_versions_requeue() -> int:
     """Send again versions never sent, long unstarted, or whose worker died mid-export."""
     from datasets.tasks import dataset_version_export as task
 
-    ids = queue.waiting_ids(DatasetVersion.objects.all(), created_field="created_at")
-    ids += list(
-        DatasetVersion.objects.filter(
-            status=DatasetVersion.Status.RUNNING, heartbeat_at__lt=timezone.now() - STALE_AFTER
-        ).values_list("id", flat=True)
-    )
+    ids = claims.jobs_to_resend(rows=DatasetVersion.objects.all(), stale_after=STALE_AFTER)
     return queue.resend(DatasetVersion, task, ids)
-
-
-def _version_claim(*, version_id: int) -> str | None:
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    claimed = (
-        DatasetVersion.objects.filter(id=version_id)
-        .filter(
-            Q(status=DatasetVersion.Status.PENDING)
-            | Q(status=DatasetVersion.Status.RUNNING, heartbeat_at__lt=now - STALE_AFTER)
-        )
-        .update(
-            status=DatasetVersion.Status.RUNNING,
-            claim_token=token,
-            started_at=now,
-            heartbeat_at=now,
-            progress_rows=0,
-            error="",
-        )
-    )
-    return token if claimed == 1 else None
 
 
 def version_file_names(version: DatasetVersion) -> tuple[str, str]:
@@ -215,22 +185,24 @@ def version_file_names(version: DatasetVersion) -> tuple[str, str]:
 
 def dataset_version_export(*, version_id: int) -> VersionOutcome:
     """Claim a pending version and export it. Safe to run twice: the claim decides."""
-    token = _version_claim(version_id=version_id)
+    token = claims.job_claim(
+        model=DatasetVersion, pk=version_id, stale_after=STALE_AFTER, progress_rows=0, error=""
+    )
     if token is None:
         status = (
             DatasetVersion.objects.filter(id=version_id).values_list("status", flat=True).first()
         )
         return "busy" if status == DatasetVersion.Status.RUNNING else "done_already"
     version = DatasetVersion.objects.get(id=version_id)
-    mine = DatasetVersion.objects.filter(id=version_id, claim_token=token)
+    mine = {"model": DatasetVersion, "pk": version_id, "token": token}
     try:
         filters = DatasetFilters.from_json(version.filters)
         options = ExportOptions.from_json(version.export_options)
         total = export_count(filters)
-        mine.update(total_rows=total)
+        claims.job_heartbeat(**mine, total_rows=total)
 
         def progress(done: int) -> None:
-            mine.update(progress_rows=min(done, total), heartbeat_at=timezone.now())
+            claims.job_heartbeat(**mine, progress_rows=min(done, total))
 
         name, val_name = version_file_names(version)
         with _local_targets(name, val_name) as (path, val_path):
@@ -270,8 +242,8 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
             "bytes": result.val.bytes,
         }
     scanned = max(total, result.train.rows + (result.val.rows if result.val else 0))
-    mine.filter(status=DatasetVersion.Status.RUNNING).update(
-        status=DatasetVersion.Status.DONE,
+    claims.job_finish(
+        **mine,
         file=name,
         sha256=result.train.sha256,
         bytes=result.train.bytes,
@@ -286,8 +258,6 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
         hf_bytes=hf["bytes"],
         total_rows=scanned,
         progress_rows=scanned,
-        finished_at=timezone.now(),
-        heartbeat_at=timezone.now(),
     )
     return "done"
 
@@ -326,10 +296,8 @@ def _version_hf(
     return {"file": name, "sha256": digest, "bytes": size}
 
 
-def _version_fail(mine, error: str) -> None:
-    mine.filter(status=DatasetVersion.Status.RUNNING).update(
-        status=DatasetVersion.Status.FAILED, error=error[:20000], finished_at=timezone.now()
-    )
+def _version_fail(mine: dict, error: str) -> None:
+    claims.job_fail(**mine, error=error[:20000])
 
 
 class _local_targets:

@@ -1,7 +1,7 @@
 """Writes for uploaded imports: save the file, then a worker checks and imports it.
 
 The web request only stores the upload and creates a `DatasetImport` row; the Celery task
-claims the row (a conditional UPDATE with a token, like `rollouts.services.episode_claim`),
+claims the row (`studio.claims.job_claim`: a conditional UPDATE with a token),
 reports progress on it and ends it as done (with the dataset) or failed (with every line
 error). The rows of the import and the row's `done` commit in one transaction: a worker that
 lost its claim cannot import the file a second time.
@@ -24,12 +24,10 @@ from typing import Any, Literal
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, connections, transaction
-from django.db.models import Q
-from django.utils import timezone
 
 from datasets.importing import ImportFailed, import_file
 from datasets.models import DatasetImport
-from studio import queue
+from studio import claims, queue
 from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
@@ -70,62 +68,40 @@ def dataset_import_create(
 def dataset_import_enqueue(*, job_id: int) -> bool:
     from datasets.tasks import dataset_import_run as task
 
-    if not queue.send(task, job_id):
-        return False
-    DatasetImport.objects.filter(id=job_id).update(enqueued_at=timezone.now())
-    return True
-
-
-def _claim(*, job_id: int) -> str | None:
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    claimed = (
-        DatasetImport.objects.filter(id=job_id)
-        .filter(
-            Q(status=DatasetImport.Status.PENDING)
-            | Q(status=DatasetImport.Status.RUNNING, heartbeat_at__lt=now - STALE_AFTER)
-        )
-        .update(
-            status=DatasetImport.Status.RUNNING,
-            phase=DatasetImport.Phase.CHECKING,
-            claim_token=token,
-            started_at=now,
-            heartbeat_at=now,
-            checked_bytes=0,
-            written_lines=0,
-            error="",
-            errors=[],
-        )
-    )
-    return token if claimed == 1 else None
+    return queue.send_job(DatasetImport, task, job_id)
 
 
 def dataset_import_run(*, job_id: int) -> ImportOutcome:
     """Claim a pending import and run it. Safe to run twice: the claim decides."""
-    token = _claim(job_id=job_id)
+    token = claims.job_claim(
+        model=DatasetImport,
+        pk=job_id,
+        stale_after=STALE_AFTER,
+        phase=DatasetImport.Phase.CHECKING,
+        checked_bytes=0,
+        written_lines=0,
+        error="",
+        errors=[],
+    )
     if token is None:
         status = DatasetImport.objects.filter(id=job_id).values_list("status", flat=True).first()
         return "busy" if status == DatasetImport.Status.RUNNING else "done_already"
     job = DatasetImport.objects.select_related("created_by").get(id=job_id)
-    mine = DatasetImport.objects.filter(
-        id=job_id, claim_token=token, status=DatasetImport.Status.RUNNING
-    )
+    mine = {"model": DatasetImport, "pk": job_id, "token": token}
     reporter = _Reporter(job_id=job_id, token=token)
 
     def finish(summary: dict[str, Any]) -> None:
         # In the import's own transaction: its rows commit only with this row's `done`.
-        done = mine.update(
-            status=DatasetImport.Status.DONE,
+        done = claims.job_finish(
+            **mine,
             phase=DatasetImport.Phase.ENDED,
             summary=summary,
             dataset_id=summary["dataset_id"],
             written_lines=summary["turns"],
             total_lines=summary["turns"],
             checked_bytes=job.total_bytes,
-            finished_at=timezone.now(),
-            heartbeat_at=timezone.now(),
         )
-        if done != 1:
+        if not done:
             raise ClaimLost
 
     try:
@@ -154,13 +130,12 @@ def dataset_import_run(*, job_id: int) -> ImportOutcome:
     return "done"
 
 
-def _fail(mine, *, upload: str, error: str, errors: list[str]) -> None:
-    ended = mine.update(
-        status=DatasetImport.Status.FAILED,
-        phase=DatasetImport.Phase.ENDED,
+def _fail(mine: dict, *, upload: str, error: str, errors: list[str]) -> None:
+    ended = claims.job_fail(
+        **mine,
         error=error[:4000],
+        phase=DatasetImport.Phase.ENDED,
         errors=[e[:2000] for e in errors],
-        finished_at=timezone.now(),
     )
     if ended:
         _remove_upload(upload)
@@ -179,7 +154,7 @@ class _Reporter:
     """
 
     def __init__(self, *, job_id: int, token: str) -> None:
-        self.rows = DatasetImport.objects.filter(id=job_id, claim_token=token)
+        self.mine = {"model": DatasetImport, "pk": job_id, "token": token}
         self.last = 0.0
 
     def _update(self, force: bool = False, **fields: Any) -> None:
@@ -187,9 +162,8 @@ class _Reporter:
         if not force and now - self.last < REPORT_EVERY_SECONDS:
             return
         self.last = now
-        fields["heartbeat_at"] = timezone.now()
         if not connection.in_atomic_block:
-            if self.rows.update(**fields) != 1:
+            if not claims.job_heartbeat(**self.mine, **fields):
                 raise ClaimLost
             return
         if connection.vendor == "sqlite":
@@ -198,7 +172,7 @@ class _Reporter:
 
         def outside() -> None:
             try:
-                self.rows.update(**fields)
+                claims.job_heartbeat(**self.mine, **fields)
             finally:
                 connections.close_all()
 
@@ -240,10 +214,5 @@ def dataset_imports_requeue() -> int:
     """Send again imports never sent (broker down), long unstarted, or whose worker died."""
     from datasets.tasks import dataset_import_run as task
 
-    ids = queue.waiting_ids(DatasetImport.objects.all(), created_field="created_at")
-    ids += list(
-        DatasetImport.objects.filter(
-            status=DatasetImport.Status.RUNNING, heartbeat_at__lt=timezone.now() - STALE_AFTER
-        ).values_list("id", flat=True)
-    )
+    ids = claims.jobs_to_resend(rows=DatasetImport.objects.all(), stale_after=STALE_AFTER)
     return queue.resend(DatasetImport, task, ids)

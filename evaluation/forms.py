@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 
 from evaluation.services import MAX_HELD_OUT_SEEDS
+from rollouts.forms_settings import settings_form_field
 from studio.endpoints import endpoints_enabled
 from studio.models import Endpoint
 
@@ -22,11 +23,8 @@ class EvaluateForm(forms.Form):
         label="Held-out seeds",
         help_text="The smallest seeds no episode of the training data played.",
     )
-    steps = forms.IntegerField(
-        initial=256,
-        min_value=1,
-        max_value=10_000,
-        help_text="Step limit of each episode; the base model's batch uses the same.",
+    steps = settings_form_field(
+        "steps", help_text="Step limit of each episode; the base model's batch uses the same."
     )
     # A choice among the endpoints an admin named, never a URL (as on the batch form).
     endpoint = forms.ModelChoiceField(

@@ -25,9 +25,10 @@ from rollouts.evaluation import (
     summarize,
 )
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
+from rollouts.selectors_baselines import batches_covering_seeds
 
 MAX_COMPARED_BATCHES = 8
-MAX_SEED = 2**31 - 2  # the largest seed a batch accepts (RolloutSettings)
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
 # The paper's agents, in its table's order, with the names it gives them.
 REFERENCE_LABELS = {
@@ -323,23 +324,6 @@ def dataset_version_seed_pairs(*, version: DatasetVersion) -> set[tuple[int, int
     filters = DatasetFilters.from_json(version.filters)
     episode_ids = turn_queryset(filters).values("episode_id")
     return set(Episode.objects.filter(id__in=episode_ids).values_list("batch_id", "seed"))
-
-
-def batches_covering_seeds(*, model: str, seeds: Iterable[int]) -> list[RolloutBatch]:
-    """Finished `openai` batches of `model` that played every one of `seeds`, newest first.
-
-    What "the base model was evaluated on those seeds too" means for a comparison link.
-    """
-    wanted = set(seeds)
-    candidates = RolloutBatch.objects.filter(
-        policy=RolloutBatch.Policy.OPENAI, model=model, status=RolloutBatch.Status.FINISHED
-    ).order_by("-id")
-    played: dict[int, set[int]] = defaultdict(set)
-    for batch_id, seed in Episode.objects.filter(
-        batch__in=candidates, seed__in=wanted, status=Episode.Status.FINISHED
-    ).values_list("batch_id", "seed"):
-        played[batch_id].add(seed)
-    return [b for b in candidates if wanted and played.get(b.id, set()) >= wanted]
 
 
 @dataclass(frozen=True)

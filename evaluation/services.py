@@ -12,11 +12,12 @@ from dataclasses import replace
 
 from django.db import transaction
 
-from evaluation import selectors, selectors_training
+from evaluation import selectors
 from rollouts import services as rollout_services
 from rollouts.model_endpoints import endpoint_settings
 from rollouts.models import RolloutBatch
 from rollouts.rollout_settings import RolloutSettings
+from rollouts.selectors_baselines import evaluation_baselines
 from studio.endpoints import EndpointError, endpoint_check_model, endpoint_get
 from studio.models import Endpoint
 from training.models import TrainingJob
@@ -107,7 +108,7 @@ def baseline_batch_create(
         job = _locked_job(batch.evaluates_id)
         if batch.model != job.fine_tuned_model:
             raise EvaluationError(f"batch {batch.id} is not the fine-tuned model's evaluation")
-        covering = selectors_training.evaluation_baselines(batch=batch, base_model=job.model)
+        covering = evaluation_baselines(batch=batch, base_model=job.model)
         if covering:
             return covering[0], False
         source = rollout_services.batch_settings(batch)

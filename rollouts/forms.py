@@ -1,4 +1,4 @@
-"""Forms of the review studio. Batch options are validated by RolloutSettings, the one place."""
+"""Forms of the review studio. Batch options are declared and validated by RolloutSettings."""
 
 from __future__ import annotations
 
@@ -7,165 +7,54 @@ from typing import Any
 from django import forms
 
 from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.forms_settings import page_message, page_value, settings_form_field, settings_value
 from rollouts.model_endpoints import endpoint_settings
 from rollouts.rollout_settings import (
-    DEFAULT_SCRIPT,
-    IMAGE_DETAILS,
+    OPENAI_ONLY,
     POLICIES,
     RolloutSettings,
     SettingsError,
-    parse_seeds,
-    seeds_spec,
+    options,
 )
 from rollouts.selectors_review import TurnFilters
 from rollouts.services_review import NOTE_MAX_LENGTH
 from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
 from studio.models import Endpoint
 
-_DEFAULTS = RolloutSettings.unchecked(policy="scripted")
-OPENAI_ONLY = "openai"
+# Every option RolloutSettings declares for the page, its field made from the declaration.
+_OPTION_NAMES = tuple(f.name for f, spec in options() if spec.form)
+RolloutOptionsForm = type(forms.Form)(
+    "RolloutOptionsForm",
+    (forms.Form,),
+    {"__module__": __name__, **{name: settings_form_field(name) for name in _OPTION_NAMES}},
+)
 
 
-def _only_for(field: forms.Field, policies: str) -> forms.Field:
-    """The field applies to these policies only (space-separated); the page hides it else."""
-    field.policies = policies  # type: ignore[attr-defined]
-    # Hidden and not sent for other policies: the settings' default applies then.
-    field.required = False
-    return field
+class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
+    """Every option of RolloutSettings; defaults, bounds and choices come from it, so they
+    cannot differ from the `rollout` command's."""
 
-
-def _page_message(message: str) -> str:
-    """RolloutSettings words its problems for the command line; the page names no flags."""
-    message = message.replace("needs --model", "needs a model name")
-    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
-
-
-class BatchCreateForm(forms.Form):
-    """Every option of RolloutSettings; defaults come from it, so they cannot differ."""
-
-    name = forms.CharField(max_length=200, required=False)
-    policy = forms.ChoiceField(
-        choices=[(p, p) for p in POLICIES],
-        initial="scripted",
-        help_text="scripted cycles a list of actions; random picks uniformly; openai asks a model.",
-    )
-    model = _only_for(
-        forms.CharField(max_length=200, required=False, help_text="Model name, e.g. gpt-4o-mini."),
-        OPENAI_ONLY,
-    )
     # A choice among the endpoints an admin named, never a URL: the server's keys go only to
     # their own endpoint's URL, so no user can point them at a listener of their own.
-    endpoint = _only_for(
-        forms.ModelChoiceField(
-            queryset=Endpoint.objects.none(),
-            to_field_name="name",
-            empty_label="(choose)",
-            help_text="Model servers an admin named (under /admin/); no URL is typed here.",
-        ),
-        OPENAI_ONLY,
+    endpoint = forms.ModelChoiceField(
+        queryset=Endpoint.objects.none(),
+        to_field_name="name",
+        empty_label="(choose)",
+        required=False,  # hidden and not sent for the other policies
+        help_text="Model servers an admin named (under /admin/); no URL is typed here.",
     )
-    seeds = forms.CharField(initial="0-3", help_text="7, 0-9 or 1,5,9-12; one episode each.")
-    samples_per_seed = forms.IntegerField(
-        initial=_DEFAULTS.samples_per_seed,
-        min_value=1,
-        required=False,
-        label="Samples per seed",
-        help_text="Play each seed K times (best-of-N, preference pairs).",
-    )
-    steps = forms.IntegerField(
-        initial=_DEFAULTS.steps, min_value=1, help_text="Step limit of each episode."
-    )
-    image_size = forms.IntegerField(
-        initial=_DEFAULTS.image_size, min_value=1, label="Image size (px)"
-    )
-    actions = _only_for(
-        forms.CharField(
-            required=False,
-            initial=" ".join(DEFAULT_SCRIPT),
-            help_text="Action names separated by spaces, cycled.",
-        ),
-        "scripted",
-    )
-    observation_mode = _only_for(
-        forms.ChoiceField(
-            choices=[
-                ("image_text", "image and text"),
-                ("image", "image only"),
-                ("text", "text only"),
-            ],
-            initial=_DEFAULTS.observation_mode,
-            label="Observation",
-            help_text="What the model is shown each turn.",
-        ),
-        OPENAI_ONLY,
-    )
-    history_frames = _only_for(
-        forms.IntegerField(
-            initial=_DEFAULTS.history_frames,
-            min_value=0,
-            label="History frames",
-            help_text="Also show the last K turns' frames (0-9).",
-        ),
-        OPENAI_ONLY,
-    )
-    image_detail = _only_for(
-        forms.ChoiceField(
-            choices=[(d, d) for d in IMAGE_DETAILS],
-            initial=_DEFAULTS.image_detail,
-            help_text="low costs 85 tokens an image.",
-        ),
-        OPENAI_ONLY,
-    )
-    temperature = _only_for(
-        forms.FloatField(initial=_DEFAULTS.temperature, help_text="0 to 2."), OPENAI_ONLY
-    )
-    max_tokens = _only_for(
-        forms.IntegerField(initial=_DEFAULTS.max_tokens, label="Max tokens"), OPENAI_ONLY
-    )
-    on_bad_output = _only_for(
-        forms.ChoiceField(
-            choices=[("noop", "play noop and go on"), ("end", "end the episode")],
-            initial=_DEFAULTS.on_bad_output,
-            label="On bad output",
-            help_text="After a failed call or an unusable answer.",
-        ),
-        OPENAI_ONLY,
-    )
-    max_retries = _only_for(
-        forms.IntegerField(
-            initial=_DEFAULTS.max_retries,
-            label="Retries",
-            help_text="Of a 429, 5xx, timeout or dropped connection (0-20).",
-        ),
-        OPENAI_ONLY,
-    )
-    request_timeout = _only_for(
-        forms.FloatField(
-            initial=_DEFAULTS.request_timeout, label="Request timeout (s)", help_text="Up to 600."
-        ),
-        OPENAI_ONLY,
-    )
-    # Empty: the endpoint's own defaults, set by its admin.
-    concurrency = _only_for(
-        forms.IntegerField(
-            help_text="Most requests in flight to the endpoint, across all workers; "
-            "empty: the endpoint's default.",
-        ),
-        OPENAI_ONLY,
-    )
-    requests_per_minute = _only_for(
-        forms.IntegerField(
-            label="Requests per minute",
-            help_text="Per endpoint, across all workers; 0 = no limit; empty: the endpoint's.",
-        ),
-        OPENAI_ONLY,
-    )
+    endpoint.policies = OPENAI_ONLY  # type: ignore[attr-defined]
 
-    _SETTINGS_FIELDS = (
+    field_order = (
+        "name",
+        "policy",
         "model",
+        "endpoint",
+        "seeds",
         "samples_per_seed",
         "steps",
         "image_size",
+        "actions",
         "observation_mode",
         "history_frames",
         "image_detail",
@@ -181,14 +70,8 @@ class BatchCreateForm(forms.Form):
     @classmethod
     def initial_from(cls, settings: RolloutSettings) -> dict[str, Any]:
         """The form filled with a batch's settings ("Run again")."""
-        initial = {name: getattr(settings, name) for name in cls._SETTINGS_FIELDS}
-        initial.update(
-            name=settings.name,
-            policy=settings.policy,
-            endpoint=settings.endpoint,
-            seeds=seeds_spec(settings.seeds),
-            actions=" ".join(settings.actions),
-        )
+        initial = {name: page_value(name, getattr(settings, name)) for name in _OPTION_NAMES}
+        initial["endpoint"] = settings.endpoint
         return initial
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -201,7 +84,8 @@ class BatchCreateForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        values: dict[str, Any] = {"policy": data.get("policy") or "scripted"}
+        # An unknown policy is its field's error; the other fields are checked as for the first.
+        values: dict[str, Any] = {"policy": data.get("policy") or POLICIES[0]}
         if values["policy"] == OPENAI_ONLY:
             # The endpoint fixes the URL (and so the key) and gives the limits' defaults.
             endpoint: Endpoint | None = data.get("endpoint")
@@ -212,24 +96,20 @@ class BatchCreateForm(forms.Form):
                 try:
                     endpoint_check_model(endpoint=endpoint, model=(data.get("model") or "").strip())
                 except EndpointError as exc:
-                    self.add_error("model", _page_message(str(exc).split(": ", 1)[-1]))
+                    self.add_error("model", page_message(str(exc).split(": ", 1)[-1]))
                 values.update(endpoint_settings(endpoint))
-        try:
-            values["seeds"] = tuple(parse_seeds(data.get("seeds") or ""))
-        except SettingsError as exc:
-            if "seeds" not in self.errors:
-                self.add_error("seeds", _page_message(str(exc).split(": ", 1)[-1]))
-        for name in self._SETTINGS_FIELDS:
-            # Not sent (a field of another policy): the settings' default applies.
-            if data.get(name) not in (None, "") and name not in self.errors:
-                values[name] = data[name]
-        values["model"] = (data.get("model") or "").strip()
-        values["name"] = data.get("name", "")
-        values["actions"] = tuple((data.get("actions") or "").split()) or DEFAULT_SCRIPT
+        for name in _OPTION_NAMES:
+            # Not sent (a field of another policy): the settings' (or endpoint's) default applies.
+            if name == "policy" or data.get(name) in (None, "") or name in self.errors:
+                continue
+            try:
+                values[name] = settings_value(name, data[name])
+            except SettingsError as exc:
+                self.add_error(name, page_message(str(exc).split(": ", 1)[-1]))
         # Every problem at once, each on its field.
         for field_name, message in RolloutSettings.unchecked(**values).problems():
             if field_name in self.fields and field_name not in self.errors:
-                self.add_error(field_name, _page_message(message))
+                self.add_error(field_name, page_message(message))
         if not self.errors:
             self.rollout_settings = RolloutSettings(**values)
         return data

@@ -7,10 +7,12 @@ from typing import Any
 from django import forms
 
 from rollouts.crafter_env import ACTIONS
+from rollouts.forms_settings import settings_form_field, settings_value
 from rollouts.model_endpoints import endpoint_settings
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     HUMAN_POLICY,
+    MAX_SEED,
     POLICIES,
     RolloutSettings,
     SettingsError,
@@ -19,14 +21,11 @@ from rollouts.services_review import RELABEL_MAX_ACTIONS, RELABEL_REASON_MAX_LEN
 from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
 from studio.models import Endpoint
 
-MAX_SEED = 2**31 - 2
-
 
 class PlayNewForm(forms.Form):
     seed = forms.IntegerField(min_value=0, max_value=MAX_SEED, initial=0)
-    steps = forms.IntegerField(
-        min_value=1, max_value=10_000, initial=1000, help_text="The game ends at this step."
-    )
+    # A person's game is longer than a batch's default; the bounds are any batch's.
+    steps = settings_form_field("steps", initial=1000, help_text="The game ends at this step.")
     image_size = forms.TypedChoiceField(
         coerce=int,
         choices=[(64, "64 px (what models see by default)"), (128, "128 px"), (256, "256 px")],
@@ -41,15 +40,13 @@ class ForkForm(forms.Form):
         choices=[(HUMAN_POLICY, "human (play it yourself)")] + [(p, p) for p in POLICIES],
         initial=HUMAN_POLICY,
     )
-    model = forms.CharField(max_length=200, required=False, help_text="openai policy")
+    model = settings_form_field("model", help_text="openai policy")
     # One of the endpoints an admin named, never a URL (as on the batch form): the server's
     # keys go only to their own endpoint.
     endpoint = forms.ChoiceField(required=False, help_text="openai policy")
-    actions = forms.CharField(
-        required=False, initial=" ".join(DEFAULT_SCRIPT), help_text="scripted policy"
-    )
-    steps = forms.IntegerField(
-        min_value=1, max_value=10_000, required=False, help_text="default: the original's"
+    actions = settings_form_field("actions", help_text="scripted policy")
+    steps = settings_form_field(
+        "steps", required=False, initial=None, help_text="default: the original's"
     )
     with_correction = forms.BooleanField(required=False)
 
@@ -68,7 +65,7 @@ class ForkForm(forms.Form):
         values: dict[str, Any] = {
             "policy": data["policy"],
             "model": (data.get("model") or "").strip(),
-            "actions": tuple((data.get("actions") or " ".join(DEFAULT_SCRIPT)).split()),
+            "actions": settings_value("actions", data.get("actions") or "") or DEFAULT_SCRIPT,
         }
         if data["policy"] == "openai":
             name = data.get("endpoint")

@@ -6,6 +6,8 @@ from django.conf import settings as django_settings
 from django.db import models
 from django.db.models import Q
 
+from studio.models import ClaimedJob
+
 
 class RolloutBatch(models.Model):
     class Status(models.TextChoices):
@@ -246,6 +248,18 @@ class Turn(models.Model):
                 name="turn_list_error_idx",
                 condition=~models.Q(error=""),
             ),
+            # The episode viewer's index of a 10,000-turn episode, read off the index alone
+            # (a VLM turn's row is kilobytes wide) with its few unlocking turns beside it.
+            models.Index(
+                fields=["episode", "index"],
+                include=["frame", "flagged", "reward"],
+                name="turn_viewer_idx",
+            ),
+            models.Index(
+                fields=["episode", "index"],
+                name="turn_unlocked_idx",
+                condition=~models.Q(achievements_unlocked=[]),
+            ),
         ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]
 
@@ -253,43 +267,21 @@ class Turn(models.Model):
         return f"Turn {self.index} of episode {self.episode_id}"
 
 
-class TurnBulkFlag(models.Model):
+class TurnBulkFlag(ClaimedJob):
     """Flag or unflag every turn a turn-list filter matches: a job the worker runs in chunks.
 
     Millions of turns cannot be updated inside a web request; the row, not the broker, is
     the truth about how far the job got (`changed`, `last_turn_id`).
     """
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
-
     filters = models.JSONField(default=dict)  # the turn list's filters (TurnFilters)
     flagged = models.BooleanField()
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     # Turns to change when the job was asked for; PostgreSQL's estimate past a bound.
     total = models.PositiveBigIntegerField(default=0)
     total_estimated = models.BooleanField(default=False)
     changed = models.PositiveBigIntegerField(default=0)
     # Turns are taken in id order: a job resumed after a crash starts past this one.
     last_turn_id = models.BigIntegerField(default=0)
-    error = models.TextField(blank=True)
-    claim_token = models.CharField(max_length=64, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # When the message reached the broker; empty: not yet (studio.queue sends it again).
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"Bulk {'flag' if self.flagged else 'unflag'} {self.pk} ({self.status})"

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from django.conf import settings as django_settings
 from django.db import connection, connections, transaction
-from django.utils import timezone
 
 from rollouts.crafter_env import ACTION_INDEX, StudioEnv, encode_png, text_observation
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame, Turn
 from rollouts.policies.base import Decision, Observation, PastTurn, Policy
 from rollouts.rollout_settings import RolloutSettings
+from studio import claims
 
 logger = logging.getLogger(__name__)
 
@@ -387,10 +387,10 @@ class EpisodeRecorder:
                 # is replayed from the start. So don't wait for the WAL flush on every chunk.
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit = off")
-            renewed = Episode.objects.filter(
-                id=self.episode.id, claim_token=self.claim_token, status=Episode.Status.RUNNING
-            ).update(heartbeat_at=timezone.now(), steps=steps)
-            if renewed != 1:
+            renewed = claims.job_heartbeat(
+                model=Episode, pk=self.episode.id, token=self.claim_token, steps=steps
+            )
+            if not renewed:
                 raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
             Frame.objects.bulk_create(frames)
             Turn.objects.bulk_create(turns)

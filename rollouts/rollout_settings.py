@@ -1,9 +1,17 @@
-"""The options of a rollout batch: one object for the command, the task and the form."""
+"""The options of a rollout batch, declared once: the command, the task, the forms and the JSON.
+
+Each field of `RolloutSettings` carries an `Option` (its help, bounds, choices, and how it shows
+on the page); `add_cli_arguments` makes the `rollout` command's flags from them and
+`rollouts.forms_settings.settings_form_field` the page's fields, so a default, a bound or a
+choice is written in one place and cannot differ between the command line and the page.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +27,8 @@ ON_BAD_OUTPUT = ("noop", "end")
 MAX_SEEDS = 10_000
 MAX_SAMPLES_PER_SEED = 64
 MAX_EPISODES = 10_000
+MAX_STEPS = 10_000
+MAX_SEED = 2**31 - 2
 # Tried with crafter 1.8.3: at 17 px and less every reset() raises "height and width must be
 # > 0" (a cell of the 9x9 grid is then too small for its item textures); 18 to 1024 render.
 MIN_IMAGE_SIZE = 18
@@ -65,32 +75,219 @@ def seeds_spec(seeds: list[int] | tuple[int, ...]) -> str:
 
 
 @dataclass(frozen=True)
+class Option:
+    """How one option shows on each face: the command's flag and the page's field.
+
+    Bounds are checked by `RolloutSettings.problems()`, and so with the same words whether the
+    value came from a flag, a form or stored JSON.
+    """
+
+    help: str = ""  # the command's --help
+    page_help: str = ""  # the form's help text
+    label: str = ""  # the form's label; empty: Django's, from the field name
+    choices: tuple[str, ...] = ()
+    choice_labels: tuple[tuple[str, str], ...] = ()  # the page's words for some choices
+    minimum: int | None = None  # bounds, the same for an int or a float option
+    maximum: int | None = None
+    above_minimum: bool = False  # the minimum itself is refused: (minimum, maximum]
+    bounds_note: str = ""  # said after "... is not between A and B"
+    bounds_message: str = ""  # said instead of it
+    cli: bool = True  # a flag of `rollout`
+    metavar: str | None = None
+    # A field of the batch form made from this declaration (`rollouts.forms`). The endpoint is
+    # a choice among the named ones there, made by the form itself; the URL is never typed.
+    form: bool = True
+    page_optional: bool = False  # the page may send it empty: the default applies
+    policies: str = ""  # the page shows it for these policies only (space-separated)
+    # Not given (None on the command line, empty on the page): the endpoint's own default,
+    # else the field's default.
+    endpoint_default: bool = False
+    # The resolved endpoint's name or URL (`rollout`'s --endpoint/--base-url lookup).
+    from_endpoint: bool = False
+    max_length: int | None = None
+
+    def bounds_problem(self, value: float) -> str:
+        """What is wrong with the value, or "" when it is within the bounds."""
+        low, high = self.minimum, self.maximum
+        if low is None:
+            return ""
+        low_ok = value > low if self.above_minimum else value >= low
+        if low_ok and (high is None or value <= high):
+            return ""
+        if self.bounds_message:
+            return self.bounds_message
+        if self.above_minimum:
+            return f"{value} is not in ({low}, {high}]"
+        return f"{value} is not between {low} and {high}{self.bounds_note}"
+
+
+def option(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
+    """A field of RolloutSettings with its Option."""
+    return field(default=default, metadata={"option": Option(**meta)})
+
+
+OPENAI_ONLY = "openai"
+
+
+@dataclass(frozen=True)
 class RolloutSettings:
-    policy: str
-    seeds: tuple[int, ...] = (0,)
+    policy: str = option(
+        choices=POLICIES,
+        help="scripted cycles --actions; random picks uniformly; openai asks a model",
+        page_help="scripted cycles a list of actions; random picks uniformly; openai asks a model.",
+    )
+    seeds: tuple[int, ...] = option(
+        (0,), help="7, 0-9 or 1,5,9-12", page_help="7, 0-9 or 1,5,9-12; one episode each."
+    )
     # K episodes of each seed (best-of-N, preference pairs); sample i seeds the policy's sampling
-    samples_per_seed: int = 1
-    steps: int = 256
-    image_size: int = 64
-    actions: tuple[str, ...] = DEFAULT_SCRIPT
-    name: str = ""
+    samples_per_seed: int = option(
+        1,
+        minimum=1,
+        maximum=MAX_SAMPLES_PER_SEED,
+        metavar="K",
+        help="play each seed K times (sample i seeds the policy's own sampling)",
+        label="Samples per seed",
+        page_help="Play each seed K times (best-of-N, preference pairs).",
+        page_optional=True,
+    )
+    steps: int = option(
+        256,
+        minimum=1,
+        maximum=MAX_STEPS,
+        help="step limit of each episode",
+        page_help="Step limit of each episode.",
+    )
+    image_size: int = option(
+        64,
+        minimum=MIN_IMAGE_SIZE,
+        maximum=MAX_IMAGE_SIZE,
+        bounds_note=f" (crafter draws nothing below {MIN_IMAGE_SIZE} px)",
+        help="frame width and height in pixels",
+        label="Image size (px)",
+    )
+    actions: tuple[str, ...] = option(
+        DEFAULT_SCRIPT,
+        help="the scripted policy's actions, cycled",
+        page_help="Action names separated by spaces, cycled.",
+        policies="scripted",
+    )
+    name: str = option("", help="a name for the batch", max_length=200, page_optional=True)
     # openai policy
-    model: str = ""
+    model: str = option(
+        "",
+        help="model name (openai policy)",
+        page_help="Model name, e.g. gpt-4o-mini.",
+        max_length=200,
+        policies=OPENAI_ONLY,
+    )
     # An admin-named endpoint (`studio.models.Endpoint`) and its base URL when the batch was
     # created; without a name, a URL given on the command line.
-    endpoint: str = ""
-    base_url: str = ""
-    history_frames: int = 0
-    concurrency: int = 4
-    temperature: float = 0.0
-    max_tokens: int = 512
-    image_detail: str = "auto"
-    observation_mode: str = "image_text"
-    on_bad_output: str = "noop"
-    max_retries: int = 4
-    request_timeout: float = 60.0
-    requests_per_minute: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    endpoint: str = option(
+        "",
+        help="an endpoint an admin named (its URL, key variable and limits); "
+        "default: 'default' when it exists",
+        form=False,
+        from_endpoint=True,
+    )
+    base_url: str = option(
+        "",
+        help="an OpenAI-compatible URL instead of --endpoint; workers send no key to a URL "
+        "no endpoint has, --inline sends this command's OPENAI_API_KEY",
+        form=False,
+        from_endpoint=True,
+    )
+    history_frames: int = option(
+        0,
+        minimum=0,
+        maximum=9,
+        help="also show the last K frames (0-9)",
+        label="History frames",
+        page_help="Also show the last K turns' frames (0-9).",
+        policies=OPENAI_ONLY,
+    )
+    concurrency: int = option(
+        4,
+        minimum=1,
+        maximum=256,
+        help="most model requests in flight per endpoint, across all workers "
+        "(default: the endpoint's, else 4)",
+        page_help="Most requests in flight to the endpoint, across all workers; "
+        "empty: the endpoint's default.",
+        policies=OPENAI_ONLY,
+        endpoint_default=True,
+    )
+    temperature: float = option(
+        0.0, minimum=0, maximum=2, help="0 to 2", page_help="0 to 2.", policies=OPENAI_ONLY
+    )
+    max_tokens: int = option(
+        512,
+        minimum=1,
+        maximum=32_768,
+        help="most tokens of one answer",
+        label="Max tokens",
+        policies=OPENAI_ONLY,
+    )
+    image_detail: str = option(
+        "auto",
+        choices=IMAGE_DETAILS,
+        help="the image_url detail sent with each frame",
+        page_help="low costs 85 tokens an image.",
+        policies=OPENAI_ONLY,
+    )
+    observation_mode: str = option(
+        "image_text",
+        choices=OBSERVATION_MODES,
+        choice_labels=(
+            ("image_text", "image and text"),
+            ("image", "image only"),
+            ("text", "text only"),
+        ),
+        help="what the model is shown each turn",
+        label="Observation",
+        page_help="What the model is shown each turn.",
+        policies=OPENAI_ONLY,
+    )
+    on_bad_output: str = option(
+        "noop",
+        choices=ON_BAD_OUTPUT,
+        choice_labels=(("noop", "play noop and go on"), ("end", "end the episode")),
+        help="after a failed call or unusable answer: play noop, or end the episode",
+        label="On bad output",
+        page_help="After a failed call or an unusable answer.",
+        policies=OPENAI_ONLY,
+    )
+    max_retries: int = option(
+        4,
+        minimum=0,
+        maximum=20,
+        help="retries of a 429, 5xx, timeout or drop",
+        label="Retries",
+        page_help="Of a 429, 5xx, timeout or dropped connection (0-20).",
+        policies=OPENAI_ONLY,
+    )
+    request_timeout: float = option(
+        60.0,
+        minimum=0,
+        maximum=600,
+        above_minimum=True,
+        help="seconds one model request may take (up to 600)",
+        label="Request timeout (s)",
+        page_help="Up to 600.",
+        policies=OPENAI_ONLY,
+    )
+    requests_per_minute: int = option(
+        0,
+        minimum=0,
+        bounds_message="must be 0 (no limit) or more",
+        help="per endpoint, across all workers; 0 = no limit (default: the endpoint's)",
+        label="Requests per minute",
+        page_help="Per endpoint, across all workers; 0 = no limit; empty: the endpoint's.",
+        policies=OPENAI_ONLY,
+        endpoint_default=True,
+    )
+    extra: dict[str, Any] = field(
+        default_factory=dict, metadata={"option": Option(cli=False, form=False)}
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -123,92 +320,41 @@ class RolloutSettings:
             if not ok:
                 found.append((field_name, message))
 
-        check(
-            self.policy in (*POLICIES, HUMAN_POLICY),
-            "policy",
-            f"{self.policy!r} is not one of {', '.join(POLICIES)}",
-        )
-        check(bool(self.seeds), "seeds", "at least one seed is needed")
-        check(
-            all(0 <= s < 2**31 - 1 for s in self.seeds),
-            "seeds",
-            "each seed must be between 0 and 2147483646",
-        )
-        check(
-            1 <= self.samples_per_seed <= MAX_SAMPLES_PER_SEED,
-            "samples_per_seed",
-            f"{self.samples_per_seed} is not between 1 and {MAX_SAMPLES_PER_SEED}",
-        )
-        check(
-            len(self.seeds) * self.samples_per_seed <= MAX_EPISODES,
-            "samples_per_seed",
-            f"{len(self.seeds)} seeds x {self.samples_per_seed} samples is more than "
-            f"{MAX_EPISODES} episodes in one batch",
-        )
-        check(1 <= self.steps <= 10_000, "steps", f"{self.steps} is not between 1 and 10000")
-        check(
-            MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE,
-            "image_size",
-            f"{self.image_size} is not between {MIN_IMAGE_SIZE} and {MAX_IMAGE_SIZE} "
-            f"(crafter draws nothing below {MIN_IMAGE_SIZE} px)",
-        )
-        check(bool(self.actions), "actions", "at least one action is needed")
-        unknown = [a for a in self.actions if a not in ACTIONS]
-        check(
-            not unknown,
-            "actions",
-            f"unknown action {unknown[0]!r}; known: {', '.join(ACTIONS)}" if unknown else "",
-        )
-        check(
-            0 <= self.history_frames <= 9,
-            "history_frames",
-            f"{self.history_frames} is not between 0 and 9",
-        )
-        check(
-            1 <= self.concurrency <= 256,
-            "concurrency",
-            f"{self.concurrency} is not between 1 and 256",
-        )
-        check(
-            self.image_detail in IMAGE_DETAILS,
-            "image_detail",
-            f"{self.image_detail!r} is not one of {IMAGE_DETAILS}",
-        )
-        check(
-            self.observation_mode in OBSERVATION_MODES,
-            "observation_mode",
-            f"{self.observation_mode!r} is not one of {OBSERVATION_MODES}",
-        )
-        check(
-            self.on_bad_output in ON_BAD_OUTPUT,
-            "on_bad_output",
-            f"{self.on_bad_output!r} is not one of {ON_BAD_OUTPUT}",
-        )
-        check(
-            0 <= self.max_retries <= 20,
-            "max_retries",
-            f"{self.max_retries} is not between 0 and 20",
-        )
-        check(
-            0 < self.request_timeout <= 600,
-            "request_timeout",
-            f"{self.request_timeout} is not in (0, 600]",
-        )
-        check(
-            0 <= self.temperature <= 2,
-            "temperature",
-            f"{self.temperature} is not between 0 and 2",
-        )
-        check(
-            1 <= self.max_tokens <= 32_768,
-            "max_tokens",
-            f"{self.max_tokens} is not between 1 and 32768",
-        )
-        check(
-            self.requests_per_minute >= 0,
-            "requests_per_minute",
-            "must be 0 (no limit) or more",
-        )
+        for f in dataclasses.fields(self):
+            spec: Option = f.metadata["option"]
+            value = getattr(self, f.name)
+            if f.name == "policy":
+                # `human` too: no face offers it, a game in the browser is made with it.
+                check(
+                    value in (*POLICIES, HUMAN_POLICY),
+                    "policy",
+                    f"{value!r} is not one of {', '.join(POLICIES)}",
+                )
+            elif spec.choices:
+                check(value in spec.choices, f.name, f"{value!r} is not one of {spec.choices}")
+            if spec.minimum is not None:
+                problem = spec.bounds_problem(value)
+                check(not problem, f.name, problem)
+            if f.name == "seeds":
+                check(bool(self.seeds), "seeds", "at least one seed is needed")
+                check(
+                    all(0 <= s <= MAX_SEED for s in self.seeds),
+                    "seeds",
+                    f"each seed must be between 0 and {MAX_SEED}",
+                )
+            elif f.name == "samples_per_seed":
+                check(
+                    len(self.seeds) * self.samples_per_seed <= MAX_EPISODES,
+                    "samples_per_seed",
+                    f"{len(self.seeds)} seeds x {self.samples_per_seed} samples is more than "
+                    f"{MAX_EPISODES} episodes in one batch",
+                )
+            elif f.name == "actions":
+                check(bool(self.actions), "actions", "at least one action is needed")
+                unknown = [a for a in self.actions if a not in ACTIONS]
+                if unknown:
+                    known = ", ".join(ACTIONS)
+                    check(False, "actions", f"unknown action {unknown[0]!r}; known: {known}")
         check(
             self.policy != "openai" or bool(self.model),
             "model",
@@ -230,3 +376,89 @@ class RolloutSettings:
             if key in values:
                 values[key] = tuple(values[key])
         return cls(**values)
+
+
+def options() -> list[tuple[dataclasses.Field, Option]]:
+    """The fields of RolloutSettings with their Option, in declaration order."""
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(RolloutSettings)]
+
+
+def option_of(name: str) -> Option:
+    return RolloutSettings.__dataclass_fields__[name].metadata["option"]
+
+
+def default_of(name: str) -> Any:
+    """The field's default; MISSING for `policy`, which has none."""
+    f = RolloutSettings.__dataclass_fields__[name]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+_HINTS = typing.get_type_hints(RolloutSettings)
+
+
+def kind_of(name: str) -> Any:
+    """The field's type: int, float, str, or tuple[int, ...] (seeds) / tuple[str, ...]."""
+    return _HINTS[name]
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def cli_default(name: str) -> Any:
+    """What `rollout` has when the flag is not given: the field's default, in the flag's form.
+
+    None for `--policy` (required) and for the limits an endpoint sets (`endpoint_default`).
+    """
+    default = default_of(name)
+    if default is dataclasses.MISSING or option_of(name).endpoint_default:
+        return None
+    if kind_of(name) == tuple[int, ...]:
+        return seeds_spec(default)
+    if kind_of(name) == tuple[str, ...]:
+        return list(default)
+    return default
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """A flag for each option of a batch: `rollout` (and `fork_episode`, which takes its)."""
+    for f, spec in options():
+        if not spec.cli:
+            continue
+        kwargs: dict[str, Any] = {"default": cli_default(f.name)}
+        kind = kind_of(f.name)
+        if spec.choices:
+            kwargs["choices"] = spec.choices
+        elif kind in (int, float):
+            kwargs["type"] = kind
+        elif kind == tuple[str, ...]:
+            kwargs["nargs"] = "+"
+        if spec.help:
+            kwargs["help"] = spec.help
+        if spec.metavar:
+            kwargs["metavar"] = spec.metavar
+        parser.add_argument(flag_of(f.name), **kwargs)
+
+
+def settings_from_cli(
+    cli_options: dict[str, Any], *, endpoint: dict[str, Any] | None = None
+) -> RolloutSettings:
+    """The settings the flags give. `endpoint`: the resolved endpoint's name, URL and limits
+    (`rollouts.model_endpoints.endpoint_settings`), or {"base_url": URL} for an unnamed one.
+    Raises SettingsError naming the flag."""
+    endpoint = endpoint or {}
+    values: dict[str, Any] = {}
+    for f, spec in options():
+        if not spec.cli:
+            continue
+        value = cli_options[f.name]
+        if spec.from_endpoint or (value is None and spec.endpoint_default):
+            value = endpoint.get(f.name, default_of(f.name))
+        elif kind_of(f.name) == tuple[int, ...]:
+            value = tuple(parse_seeds(value))
+        elif kind_of(f.name) == tuple[str, ...]:
+            value = tuple(value)
+        values[f.name] = value
+    return RolloutSettings(**values)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
 from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 
 from rollouts.crafter_env import ACHIEVEMENTS
@@ -90,34 +92,110 @@ def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
 
 
 @dataclass(frozen=True)
-class EpisodeView:
+class EpisodeIndex:
+    """What the viewer's page carries: the episode and a compact index of its turns."""
+
     episode: Episode
-    turns: list[dict[str, Any]]
-    frame_count: int
+    count: int
+    # Columns, one entry per position in the viewer (see `episode_index`); JSON for the page.
+    columns: dict[str, Any]
+    # (achievement, position in the viewer, turn index) in the order they were unlocked.
+    unlocked: list[tuple[str, int, int]]
+    frames: list[str]  # sha256 per position, for the first frame the page shows
 
 
-def episode_view(*, episode_id: int) -> EpisodeView:
-    """Everything the viewer shows, in three queries whatever the episode length.
+# The vitals the viewer's chart draws, each 0-9 in Crafter.
+CHART_VITALS = ("health", "food", "drink", "energy")
 
-    The turn panel is rendered in the browser from this data so that moving between turns
-    costs no request; every string in it is model output and is only ever set as text.
+
+def episode_index(*, episode_id: int) -> EpisodeIndex:
+    """The viewer's page: one row per turn, only what the scrubber, filmstrip, chart and the
+    keys that move by kind need, in columns (10,000 turns make ~0.6 MB, not 16).
+
+    Each turn's texts come from `episode_turn` when the viewer's cursor gets near it.
     """
     episode = Episode.objects.select_related("batch").get(id=episode_id)
-    frames = {
-        frame_id: (step, sha256, state)
-        for frame_id, step, sha256, state in Frame.objects.filter(episode_id=episode_id)
-        .order_by("step")
-        .values_list("id", "step", "sha256", "state")
+    vitals = {
+        f"vital_{name}": KeyTextTransform(name, KeyTransform("vitals", "frame__state"))
+        for name in CHART_VITALS
     }
-    sha_by_step = {step: sha for step, sha, _ in frames.values()}
-    turns: list[dict[str, Any]] = []
-    rows = (
-        Turn.objects.filter(episode_id=episode_id)
-        .order_by("index")
+    turns = Turn.objects.filter(episode_id=episode_id).order_by("index")
+    # What turn_viewer_idx holds (a VLM turn's row is kilobytes wide: never read here), and
+    # its frame's step, sha256 and vitals; no JSON decoded per row.
+    rows = list(
+        turns.annotate(**vitals).values_list(
+            "index", "frame__step", "frame__sha256", "flagged", "reward", *vitals
+        )
+    )
+    if not rows:
+        return EpisodeIndex(episode=episode, count=0, columns={"count": 0}, unlocked=[], frames=[])
+    indices, steps, frames, flags, rewards, *series = (
+        list(column) for column in zip(*rows, strict=True)
+    )
+    position = {index: i for i, index in enumerate(indices)}
+    # The few turns that failed or unlocked something, each off its partial index.
+    errors = sorted(
+        position[index] for index in turns.exclude(error="").values_list("index", flat=True)
+    )
+    unlocks: list[int] = []
+    unlocked: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
+    for index, names in turns.exclude(achievements_unlocked=[]).values_list(
+        "index", "achievements_unlocked"
+    ):
+        unlocks.append(position[index])
+        for name in names:
+            # Named after the turn whose actions unlocked it (turn 9 unlocks at step 10): the
+            # chip links to the turn a reviewer wants to see.
+            if name not in seen:
+                seen.add(name)
+                unlocked.append((name, position[index], index))
+    columns = {
+        "count": len(rows),
+        "turn": indices,
+        "step": steps,
+        # The frames' sha256 digests end to end, base64: 44 bytes a turn instead of 67.
+        "frames": base64.b64encode(bytes.fromhex("".join(frames))).decode(),
+        # Marks as the positions that have them: few turns are flagged, failed or unlock.
+        "flagged": [i for i, flag in enumerate(flags) if flag],
+        "errors": errors,
+        "unlocks": unlocks,
+        "reward": [[i, reward] for i, reward in enumerate(rewards) if reward],
+        # One character a turn per vital: the chart draws 0-9.
+        "vitals": {
+            name: "".join(v if v in _DIGITS else _vital_digit(v) for v in values)
+            for name, values in zip(CHART_VITALS, series, strict=True)
+        },
+    }
+    return EpisodeIndex(
+        episode=episode, count=len(rows), columns=columns, unlocked=unlocked, frames=frames
+    )
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def _vital_digit(value: str | None) -> str:
+    try:
+        return str(min(max(int(value or 0), 0), 9))
+    except ValueError:
+        return "0"
+
+
+def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
+    """Everything the viewer shows of one turn; Turn.DoesNotExist when the episode has none
+    of that index (or there is no such episode).
+
+    Every string in it is model output and is only ever set as text.
+    """
+    row = (
+        Turn.objects.filter(episode_id=episode_id, index=index)
         .values(
             "id",
             "index",
-            "frame_id",
+            "frame__step",
+            "frame__sha256",
+            "frame__state",
             "observation_text",
             "request_messages",
             "model_text",
@@ -137,56 +215,60 @@ def episode_view(*, episode_id: int) -> EpisodeView:
             "flagged",
             "note",
             "truncated",
-            # A reviewer's correction, if any (one LEFT JOIN, not a query per turn).
+            # A reviewer's correction, if any (a LEFT JOIN, not a second query).
             "relabel__actions",
             "relabel__reason",
             "relabel__labeled_by__username",
             "relabel__labeled_at",
         )
+        .get()
     )
-    for row in rows:
-        step, sha256, state = frames.get(row["frame_id"], (None, "", {}))
-        seen_steps = request_image_steps(row["request_messages"])
-        # Baselines send no request: what they "saw" is the turn's own frame.
-        if not seen_steps and step is not None:
-            seen_steps = [step]
-        turns.append(
-            {
-                "id": row["id"],
-                "index": row["index"],
-                "step": step,
-                "frame": sha256,
-                "vitals": (state or {}).get("vitals", {}),
-                "inventory": (state or {}).get("inventory", {}),
-                "seen": [{"step": s, "frame": sha_by_step.get(s, "")} for s in seen_steps],
-                "observation": row["observation_text"],
-                "model_text": row["model_text"],
-                "reasoning": row["reasoning_text"],
-                "tool_calls": row["tool_calls"],
-                "actions": row["actions"],
-                "reward": row["reward"],
-                "unlocked": row["achievements_unlocked"],
-                "error": row["error"],
-                "error_kind": row["error_kind"],
-                "finish_reason": row["finish_reason"],
-                "text_fallback": row["text_fallback"],
-                "prompt_tokens": row["prompt_tokens"],
-                "completion_tokens": row["completion_tokens"],
-                "latency_ms": row["latency_ms"],
-                "retries": row["retries"],
-                "flagged": row["flagged"],
-                "note": row["note"],
-                "truncated": row["truncated"],
-                "relabel": _relabel(row),
-            }
+    step = row["frame__step"]
+    # Baselines send no request: what they "saw" is the turn's own frame.
+    seen_steps = request_image_steps(row["request_messages"]) or [step]
+    sha_by_step = {step: row["frame__sha256"]}
+    if set(seen_steps) - {step}:
+        sha_by_step |= dict(
+            Frame.objects.filter(episode_id=episode_id, step__in=seen_steps).values_list(
+                "step", "sha256"
+            )
         )
-        clip_for_page(turns[-1])
-    return EpisodeView(episode=episode, turns=turns, frame_count=len(frames))
+    state = row["frame__state"] or {}
+    turn = {
+        "id": row["id"],
+        "index": row["index"],
+        "step": step,
+        "frame": row["frame__sha256"],
+        "vitals": state.get("vitals", {}),
+        "inventory": state.get("inventory", {}),
+        "seen": [{"step": s, "frame": sha_by_step.get(s, "")} for s in seen_steps],
+        "observation": row["observation_text"],
+        "model_text": row["model_text"],
+        "reasoning": row["reasoning_text"],
+        "tool_calls": row["tool_calls"],
+        "actions": row["actions"],
+        "reward": row["reward"],
+        "unlocked": row["achievements_unlocked"],
+        "error": row["error"],
+        "error_kind": row["error_kind"],
+        "finish_reason": row["finish_reason"],
+        "text_fallback": row["text_fallback"],
+        "prompt_tokens": row["prompt_tokens"],
+        "completion_tokens": row["completion_tokens"],
+        "latency_ms": row["latency_ms"],
+        "retries": row["retries"],
+        "flagged": row["flagged"],
+        "note": row["note"],
+        "truncated": row["truncated"],
+        "relabel": _relabel(row),
+    }
+    clip_for_page(turn)
+    return turn
 
 
 # What the viewer receives of each long text; the rest comes from `turn_text` when asked for.
-# A model's answer is capped when stored (STUDIO_MAX_ANSWER_BYTES), but a 256-turn page of
-# 64 KB texts would still weigh 50 MB for every viewer.
+# A model's answer is capped when stored (STUDIO_MAX_ANSWER_BYTES), but the viewer prefetches
+# a turn's neighbours: 16 turns of 64 KB texts would be a megabyte for every few key presses.
 PAGE_TEXT_CHARS = 2000
 # Viewer field -> Turn column.
 TURN_TEXT_FIELDS = {

@@ -9,14 +9,16 @@ prefix. Those three call this one to record; this one calls back only to replay 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from django.conf import settings as django_settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Case, F, Q, Subquery, Value, When
 from django.utils import timezone
 
 from rollouts.crafter_env import library_versions
@@ -26,13 +28,15 @@ from rollouts.policies.base import PolicyUnavailable
 from rollouts.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals, ForkDiverged
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
-from studio import queue
+from studio import claims, queue
 from studio.errors import plain_error
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
 
 EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
+# A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
+Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
 
 
 def batch_create(
@@ -78,6 +82,80 @@ def batch_create(
         if enqueue:
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
+
+
+def batch_run_inline(
+    *,
+    settings: RolloutSettings,
+    created_by=None,
+    cli_api_key: str = "",
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> RolloutBatch:
+    """Create a batch and play it here, no broker or worker: `rollout --inline`, the demo's
+    batch, tests and benchmarks. Returns the batch as it ended (see `batch_play_inline`)."""
+    batch = batch_create(settings=settings, created_by=created_by, enqueue=False)
+    return batch_play_inline(
+        batch=batch, cli_api_key=cli_api_key, progress=progress, workers=workers
+    )
+
+
+def batch_play_inline(
+    *,
+    batch: RolloutBatch,
+    cli_api_key: str = "",
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> RolloutBatch:
+    """Play the batch's unfinished episodes in this process, by seed and sample; a failed
+    episode is recorded as failed (its batch says so), never raised.
+
+    Model calls wait on the network, so an `openai` batch overlaps up to its `concurrency`
+    episodes, each in a thread of its own (with its own database connection); baselines are
+    CPU-bound and play one by one in the calling thread; so does everything inside an open
+    transaction. `workers` overrides that choice.
+    `cli_api_key`: see `episode_run`. `progress(batch, total)` gives a bar (tqdm's
+    interface: a context manager with `update(n)`), advanced once per episode.
+    """
+    ids = list(
+        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        .order_by("seed", "sample")
+        .values_list("id", flat=True)
+    )
+    if workers is None:
+        settings = batch_settings(batch)
+        workers = settings.concurrency if settings.policy == "openai" else 1
+    if transaction.get_connection().in_atomic_block:
+        # Other threads' connections cannot see what this transaction has not committed yet
+        # (a caller's atomic block, a test): they would find no episode to play.
+        workers = 1
+    bar = progress(batch, len(ids)) if progress is not None else _NoProgress()
+
+    def play(episode_id: int) -> EpisodeOutcome:
+        return episode_run(episode_id=episode_id, cli_api_key=cli_api_key)
+
+    def play_in_thread(episode_id: int) -> EpisodeOutcome:
+        try:
+            return play(episode_id)
+        finally:
+            close_old_connections()
+
+    with bar:
+        if min(workers, len(ids)) <= 1:
+            for episode_id in ids:
+                play(episode_id)
+                bar.update(1)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for _ in pool.map(play_in_thread, ids):
+                    bar.update(1)
+    batch.refresh_from_db()
+    return batch
+
+
+class _NoProgress(contextlib.nullcontext):
+    def update(self, n: int = 1) -> None:
+        pass
 
 
 def batch_enqueue(*, batch: RolloutBatch) -> int:
@@ -166,30 +244,29 @@ def batch_settings(batch: RolloutBatch) -> RolloutSettings:
 
 def episode_claim(*, episode_id: int) -> str | None:
     """Take the episode if it is pending, or running with a stale heartbeat (its worker died)."""
-    now = timezone.now()
-    stale = now - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
-    token = uuid.uuid4().hex
-    claimed = (
-        Episode.objects.filter(id=episode_id)
-        .filter(
-            Q(status=Episode.Status.PENDING)
-            | Q(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
-        )
-        .update(
-            status=Episode.Status.RUNNING,
-            claim_token=token,
-            heartbeat_at=now,
-            started_at=now,
-            attempts=F("attempts") + 1,
-            error="",
-        )
+    token = claims.job_claim(
+        model=Episode,
+        pk=episode_id,
+        stale_after=episode_stale_after(),
+        attempts=F("attempts") + 1,
+        error="",
     )
-    if claimed != 1:
+    if token is None:
         return None
-    RolloutBatch.objects.filter(episodes__id=episode_id, status=RolloutBatch.Status.PENDING).update(
-        status=RolloutBatch.Status.RUNNING, started_at=now
-    )
+    # The batch's own row is filtered on its status (not a join's): an UPDATE that waited for
+    # the row's lock checks that again on the row as it then is. Through a join it did not,
+    # and a claim that waited behind the batch's last episode ending set a finished batch
+    # back to running, for good.
+    RolloutBatch.objects.filter(
+        id=Subquery(Episode.objects.filter(id=episode_id).order_by().values("batch_id")[:1]),
+        status=RolloutBatch.Status.PENDING,
+    ).update(status=RolloutBatch.Status.RUNNING, started_at=timezone.now())
     return token
+
+
+def episode_stale_after() -> timedelta:
+    """How long a running episode's worker may stay silent before it is presumed dead."""
+    return timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
 
 
 def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
@@ -287,14 +364,29 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
 def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> None:
     now = timezone.now()
     with transaction.atomic():
-        ended = Episode.objects.filter(
-            id=episode.id, claim_token=claim_token, status=Episode.Status.RUNNING
-        ).update(
-            status=status, error=error, finished_at=now, heartbeat_at=now, **totals.as_fields()
+        if connection.vendor == "postgresql":
+            # The episodes of a batch end together and each holds the batch row's lock until
+            # it commits: waiting for the WAL flush there queued them one flush after another.
+            # A crash that loses this commit leaves the episode running with an old heartbeat,
+            # and the periodic requeue plays it again (as for a worker that died).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit = off")
+        ended = claims.job_finish(
+            model=Episode,
+            pk=episode.id,
+            token=claim_token,
+            status=status,
+            error=error,
+            **totals.as_fields(),
         )
-        if ended != 1:
+        if not ended:
             return
         counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
+        # One UPDATE of the batch row, so that the episodes ending together queue on its lock
+        # for one statement each, not three. Its SET clauses read the row as it was: this
+        # episode makes it complete when the ended count before it is one short.
+        complete = Q(episodes_total__lte=F("episodes_finished") + F("episodes_failed") + 1)
+        running = Q(status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING])
         RolloutBatch.objects.filter(id=episode.batch_id).update(
             **{counter: F(counter) + 1},
             model_calls=F("model_calls") + totals.model_calls,
@@ -302,20 +394,18 @@ def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str,
             model_retries=F("model_retries") + totals.model_retries,
             prompt_tokens=F("prompt_tokens") + totals.prompt_tokens,
             completion_tokens=F("completion_tokens") + totals.completion_tokens,
+            # The last episode to end closes the batch (exactly once: the row is locked).
+            status=Case(
+                When(complete & running, then=Value(RolloutBatch.Status.FINISHED)),
+                default=F("status"),
+            ),
+            # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
+            finished_at=Case(
+                When(complete & running, then=Value(now)),
+                When(complete & Q(finished_at__isnull=True), then=Value(now)),
+                default=F("finished_at"),
+            ),
         )
-        # The last episode to end closes the batch (exactly once: a conditional UPDATE).
-        complete = RolloutBatch.objects.filter(
-            id=episode.batch_id,
-            episodes_total__lte=F("episodes_finished") + F("episodes_failed"),
-        )
-        complete.filter(
-            status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING],
-        ).update(
-            status=RolloutBatch.Status.FINISHED,
-            finished_at=now,
-        )
-        # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
-        complete.filter(finished_at__isnull=True).update(finished_at=now)
 
 
 def batch_fail(*, batch: RolloutBatch, error: str) -> None:
@@ -343,18 +433,12 @@ def episodes_requeue_stale() -> int:
     """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
     from rollouts.tasks import episode_run as episode_run_task
 
-    stale = timezone.now() - timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
-    ids = list(
-        Episode.objects.filter(status=Episode.Status.RUNNING, heartbeat_at__lt=stale)
-        # A person's game waits for its player, however long: no worker can play it.
-        .exclude(batch__policy=RolloutBatch.Policy.HUMAN)
-        .values_list("id", flat=True)
-    )
+    # A person's game waits for its player, however long: no worker can play it.
+    played_by_workers = Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+    ids = claims.jobs_stale(rows=played_by_workers, stale_after=episode_stale_after())
     # Pending episodes whose message never left (broker down) or was lost with its data.
-    ids += queue.waiting_ids(
-        Episode.objects.exclude(batch__status=RolloutBatch.Status.FAILED).exclude(
-            batch__policy=RolloutBatch.Policy.HUMAN
-        ),
+    ids += claims.jobs_waiting(
+        rows=played_by_workers.exclude(batch__status=RolloutBatch.Status.FAILED),
         created_field="batch__created_at",
     )
     return queue.resend(Episode, episode_run_task, ids)

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
 from datetime import timedelta
 from typing import Literal
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from rollouts.crafter_env import ACTION_INDEX
 from rollouts.models import Turn, TurnBulkFlag, TurnRelabel
 from rollouts.selectors_review import TurnFilters, turns_count, turns_filtered
-from studio import queue
+from studio import claims, queue
 
 logger = logging.getLogger(__name__)
 
@@ -78,48 +77,20 @@ def turn_bulk_flag_enqueue(*, job: TurnBulkFlag) -> bool:
     """Send the job; False when the broker is down (the periodic requeue sends it later)."""
     from rollouts.tasks import turn_bulk_flag_run as task
 
-    if not queue.send(task, job.id):
-        return False
-    TurnBulkFlag.objects.filter(id=job.id).update(enqueued_at=timezone.now())
-    return True
+    return queue.send_job(TurnBulkFlag, task, job.id)
 
 
 def turn_bulk_flags_requeue() -> int:
     """Re-send bulk flags whose worker died (stale heartbeat) or whose message never left."""
     from rollouts.tasks import turn_bulk_flag_run as task
 
-    stale = timezone.now() - BULK_FLAG_STALE_AFTER
-    ids = list(
-        TurnBulkFlag.objects.filter(
-            status=TurnBulkFlag.Status.RUNNING, heartbeat_at__lt=stale
-        ).values_list("id", flat=True)
-    )
-    ids += queue.waiting_ids(TurnBulkFlag.objects.all(), created_field="created_at")
+    ids = claims.jobs_to_resend(rows=TurnBulkFlag.objects.all(), stale_after=BULK_FLAG_STALE_AFTER)
     return queue.resend(TurnBulkFlag, task, ids)
 
 
 def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnFilters:
     known = {f.name for f in dataclasses.fields(TurnFilters)}
     return TurnFilters(**{k: v for k, v in job.filters.items() if k in known})
-
-
-def _bulk_flag_claim(*, job_id: int) -> str | None:
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    claimed = (
-        TurnBulkFlag.objects.filter(id=job_id)
-        .filter(
-            Q(status=TurnBulkFlag.Status.PENDING)
-            | Q(status=TurnBulkFlag.Status.RUNNING, heartbeat_at__lt=now - BULK_FLAG_STALE_AFTER)
-        )
-        .update(
-            status=TurnBulkFlag.Status.RUNNING,
-            claim_token=token,
-            started_at=now,
-            heartbeat_at=now,
-        )
-    )
-    return token if claimed == 1 else None
 
 
 def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
@@ -129,7 +100,7 @@ def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
     taken over after a crash resumes after its last committed chunk, and a worker that lost
     its claim changes nothing more. Turns already in the wanted state keep their reviewer.
     """
-    token = _bulk_flag_claim(job_id=job_id)
+    token = claims.job_claim(model=TurnBulkFlag, pk=job_id, stale_after=BULK_FLAG_STALE_AFTER)
     if token is None:
         status = TurnBulkFlag.objects.filter(id=job_id).values_list("status", flat=True).first()
         if status in (TurnBulkFlag.Status.DONE, TurnBulkFlag.Status.FAILED, None):
@@ -150,26 +121,22 @@ def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
                 changed = Turn.objects.filter(id__in=ids, flagged=not job.flagged).update(
                     flagged=job.flagged, reviewed_by=job.created_by, reviewed_at=timezone.now()
                 )
-                renewed = TurnBulkFlag.objects.filter(
-                    id=job_id, claim_token=token, status=TurnBulkFlag.Status.RUNNING
-                ).update(
+                renewed = claims.job_heartbeat(
+                    model=TurnBulkFlag,
+                    pk=job_id,
+                    token=token,
                     changed=F("changed") + changed,
                     last_turn_id=ids[-1],
-                    heartbeat_at=timezone.now(),
                 )
-                if renewed != 1:
+                if not renewed:
                     transaction.set_rollback(True)
                     return "claim_lost"
             last = ids[-1]
     except Exception as exc:
         logger.exception("bulk flag %s failed", job_id)
-        TurnBulkFlag.objects.filter(id=job_id, claim_token=token).update(
-            status=TurnBulkFlag.Status.FAILED, error=str(exc)[:2000], finished_at=timezone.now()
-        )
+        claims.job_fail(model=TurnBulkFlag, pk=job_id, token=token, error=str(exc)[:2000])
         return "failed"
-    TurnBulkFlag.objects.filter(id=job_id, claim_token=token).update(
-        status=TurnBulkFlag.Status.DONE, finished_at=timezone.now()
-    )
+    claims.job_finish(model=TurnBulkFlag, pk=job_id, token=token)
     return "done"
 
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("rollouts/<int:batch_id>/resume/", views.batch_resume, name="batch_resume"),
     path("rollouts/<int:batch_id>/cancel/", views.batch_cancel, name="batch_cancel"),
     path("episodes/<int:episode_id>/", views.episode_detail, name="episode_detail"),
+    path("episodes/<int:episode_id>/turns/<int:index>/", views.episode_turn, name="episode_turn"),
     path("turns/", views.turn_list, name="turn_list"),
     path("turns/bulk-flag/", views.turns_bulk_flag, name="turns_bulk_flag"),
     path(

@@ -14,15 +14,16 @@ from django.http import (
     HttpResponse,
     HttpResponseBadRequest,
     HttpResponseNotModified,
+    JsonResponse,
     QueryDict,
 )
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evaluation.selectors_training import batch_evaluation
 from rollouts import selectors, selectors_play, selectors_review, services, services_review
 from rollouts.crafter_env import ACHIEVEMENTS, KEY_MAP
 from rollouts.forms import (
@@ -36,6 +37,7 @@ from rollouts.forms_play import ForkForm
 from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score, score_text
+from rollouts.selectors_baselines import batch_evaluation
 from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -174,20 +176,21 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
 @require_GET
 def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
     try:
-        view = selectors_review.episode_view(episode_id=episode_id)
+        index = selectors_review.episode_index(episode_id=episode_id)
     except Episode.DoesNotExist as exc:
         raise Http404("no such episode") from exc
     try:
         start = int(request.GET.get("turn", "0"))
     except ValueError:
         start = 0
-    start = min(max(start, 0), max(len(view.turns) - 1, 0))
+    start = min(max(start, 0), max(index.count - 1, 0))
     can_review = request.user.has_perm(REVIEW_PERMISSION)
     forks = selectors_play.episode_forks(episode_id=episode_id)
     config = {
         "turnIndex": start,
         "canReview": can_review,
         "frameUrl": reverse("rollouts:frame_image", args=["0" * 64]),
+        "turnUrl": reverse("rollouts:episode_turn", args=[episode_id, 0]),
         "flagUrl": reverse("rollouts:turn_flag", args=[0]),
         "noteUrl": reverse("rollouts:turn_note", args=[0]),
         "textUrl": reverse("rollouts:turn_text", args=[0, "model_text"]),
@@ -200,18 +203,31 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         request,
         "rollouts/episode_detail.html",
         {
-            "episode": view.episode,
-            "batch": view.episode.batch,
-            "turns": view.turns,
-            "frame_count": view.frame_count,
+            "episode": index.episode,
+            "batch": index.episode.batch,
+            "turn_count": index.count,
+            "turn_index": index.columns,
+            "start_frame": index.frames[start] if index.count else "",
             "viewer_config": config,
             "can_review": can_review,
-            "unlocked": selectors_play.unlocks_by_turn(turns=view.turns),
+            "unlocked": index.unlocked,
             "forks": forks,
             "fork_form": ForkForm(initial={"turn": start}),
             "key_map": KEY_MAP,
         },
     )
+
+
+@require_GET
+@never_cache
+def episode_turn(request: HttpRequest, episode_id: int, index: int) -> HttpResponse:
+    """One turn of the viewer, as JSON: the page carries an index, the turn at the cursor
+    (and its neighbours) come from here. The page's permission: any signed-in user."""
+    try:
+        turn = selectors_review.episode_turn(episode_id=episode_id, index=index)
+    except Turn.DoesNotExist as exc:
+        raise Http404("no such turn") from exc
+    return JsonResponse(turn)
 
 
 @require_GET

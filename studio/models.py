@@ -1,7 +1,9 @@
-"""Endpoints an admin has named: the only places a key is ever sent to."""
+"""Endpoints an admin has named: the only places a key is ever sent to; and what every job
+row a worker claims has in common."""
 
 from __future__ import annotations
 
+from django.conf import settings as django_settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -75,3 +77,35 @@ class LoginFailure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username} from {self.address} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class ClaimedJob(models.Model):
+    """What every long job's row has: its status, the claim a worker holds on it, when its
+    message left, who asked for it and when it ran. The row, not the broker, is the truth;
+    `studio.claims` claims, renews and ends it. Progress counters are each job's own."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    claim_token = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When a message was last handed to the broker; null: never (the broker was down).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True

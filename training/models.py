@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from django.conf import settings as django_settings
 from django.db import models
 from django.db.models import Q
 
+from studio.models import ClaimedJob
 
-class TrainingJob(models.Model):
+
+class TrainingJob(ClaimedJob):
     """One submission of a dataset version to a provider; the row, not the broker, is the truth.
 
     Remote ids are written the moment the provider returns them, so a task delivered again
@@ -52,8 +53,8 @@ class TrainingJob(models.Model):
     config_toml = models.TextField(help_text="The TOML exactly as submitted.")
     effective_config = models.JSONField(default=dict)
 
+    # Its own states (a remote job has more than "running"): the claimed one is UPLOADING.
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
-    error = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
 
     # What was uploaded: the version's rows in the provider's format, and their sha256.
@@ -78,20 +79,8 @@ class TrainingJob(models.Model):
     event_cursor = models.CharField(max_length=200, blank=True)
     metric_cursor = models.IntegerField(default=-1)
 
-    claim_token = models.CharField(max_length=64, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
-    created_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     polled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -11,19 +11,15 @@ import pytest
 from django.core.management import call_command
 
 from rollouts import services
-from rollouts.models import Episode, RolloutBatch
+from rollouts.models import RolloutBatch
 from rollouts.rollout_settings import RolloutSettings
 
 
 def record(*, seeds: tuple[int, ...] = (1, 2, 3), steps: int = 30, **kwargs) -> RolloutBatch:
-    """A batch played for real: batch_create, then episode_run per episode."""
+    """A batch played for real, here (`rollout --inline`)."""
     kwargs.setdefault("policy", "scripted")
-    batch = services.batch_create(
-        settings=RolloutSettings(seeds=seeds, steps=steps, **kwargs), enqueue=False
-    )
-    for episode in Episode.objects.filter(batch=batch).order_by("seed"):
-        assert services.episode_run(episode_id=episode.id) == "finished"
-    batch.refresh_from_db()
+    batch = services.batch_run_inline(settings=RolloutSettings(seeds=seeds, steps=steps, **kwargs))
+    assert batch.episodes_finished == batch.episodes_total, batch.error
     return batch
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from django.db import connection
 
 from rollouts import services
-from rollouts.models import Episode, RolloutBatch
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.rollout_settings import RolloutSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,11 +19,48 @@ ROOT = Path(__file__).resolve().parents[2]
 def record_batch(**settings_kwargs) -> RolloutBatch:
     """Create a batch and play its episodes here, as `rollout --inline` does."""
     settings_kwargs.setdefault("policy", "scripted")
-    batch = services.batch_create(settings=RolloutSettings(**settings_kwargs), enqueue=False)
-    for episode in Episode.objects.filter(batch=batch).order_by("seed"):
-        services.episode_run(episode_id=episode.id)
-    batch.refresh_from_db()
-    return batch
+    return services.batch_run_inline(settings=RolloutSettings(**settings_kwargs))
+
+
+def seed_episode(*, turns: int, observation: str, model_text: str) -> Episode:
+    """An episode of `turns` turns written with bulk_create (no game played, no PNG stored):
+    turn i's observation and model text are `observation` and `model_text` formatted with
+    i, its frame's sha256 is sha256(str(i)) and each of its four vitals is i % 10."""
+    import hashlib
+
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=(1,), steps=turns), enqueue=False
+    )
+    episode = batch.episodes.get()
+    frames = Frame.objects.bulk_create(
+        Frame(
+            episode=episode,
+            step=i,
+            sha256=hashlib.sha256(str(i).encode()).hexdigest(),
+            image=f"frames/{i}.png",
+            width=64,
+            height=64,
+            state={"vitals": dict.fromkeys(("health", "food", "drink", "energy"), i % 10)},
+        )
+        for i in range(turns)
+    )
+    Turn.objects.bulk_create(
+        (
+            Turn(
+                episode=episode,
+                index=i,
+                frame=frame,
+                observation_text=observation.format(i=i),
+                model_text=model_text.format(i=i),
+                actions=["noop"],
+            )
+            for i, frame in enumerate(frames)
+        ),
+        batch_size=2000,
+    )
+    Episode.objects.filter(id=episode.id).update(status=Episode.Status.FINISHED, steps=turns)
+    episode.refresh_from_db()
+    return episode
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -50,9 +50,7 @@ def test_it_resumes_failed_and_canceled_episodes_from_the_start():
     assert (batch.episodes_finished, batch.episodes_failed) == (1, 2)
     assert services.batch_resume(batch=batch, enqueue=False) == 2
     assert (batch.status, batch.episodes_failed, batch.error) == ("running", 0, "")
-    for episode in batch.episodes.filter(status="pending"):
-        assert services.episode_run(episode_id=episode.id) == "finished"
-    batch.refresh_from_db()
+    services.batch_play_inline(batch=batch)  # `rollout --resume N --inline`
     assert (batch.status, batch.episodes_finished, batch.episodes_failed) == ("finished", 3, 0)
     assert batch.episodes.get(seed=1).turns.count() == 5
     assert services.batch_resume(batch=batch, enqueue=False) == 0

@@ -17,13 +17,11 @@ pytestmark = pytest.mark.django_db
 
 
 def _played(steps: int, seeds: tuple[int, ...] = (1,)) -> list[Episode]:
-    batch = services.batch_create(
-        settings=RolloutSettings(policy="scripted", seeds=seeds, steps=steps), enqueue=False
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=seeds, steps=steps)
     )
-    episodes = list(batch.episodes.order_by("seed"))
-    for episode in episodes:
-        assert services.episode_run(episode_id=episode.id) == "finished"
-    return episodes
+    assert batch.episodes_finished == len(seeds), batch.error
+    return list(batch.episodes.order_by("seed"))
 
 
 def test_it_sets_the_flag_and_remembers_who(editor):

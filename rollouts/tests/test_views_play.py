@@ -167,7 +167,8 @@ def test_the_viewer_shows_the_correction_and_links_forks_both_ways(editor_client
     assert Turn.objects.get(episode=fork, index=5).actions == ["sleep"]
     original_page = editor_client.get(reverse("rollouts:episode_detail", args=[scripted.id]))
     assert f'href="/episodes/{fork.id}/"'.encode() in original_page.content
-    assert b'"reason": "tired"' in original_page.content
+    turn_five = editor_client.get(reverse("rollouts:episode_turn", args=[scripted.id, 5]))
+    assert turn_five.json()["relabel"]["reason"] == "tired"
     fork_page = editor_client.get(reverse("rollouts:episode_detail", args=[fork.id]))
     assert f'href="/episodes/{scripted.id}/?turn=5"'.encode() in fork_page.content
 

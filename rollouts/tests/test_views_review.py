@@ -19,14 +19,11 @@ HOSTILE = "<script>alert(1)</script>"
 
 
 def _played(steps: int, seeds: tuple[int, ...] = (1,)) -> list[Episode]:
-    batch = services.batch_create(
-        settings=RolloutSettings(policy="scripted", seeds=seeds, steps=steps), enqueue=False
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=seeds, steps=steps)
     )
-    episodes = list(batch.episodes.order_by("seed"))
-    for episode in episodes:
-        assert services.episode_run(episode_id=episode.id) == "finished"
-        episode.refresh_from_db()
-    return episodes
+    assert batch.episodes_finished == len(seeds), batch.error
+    return list(batch.episodes.order_by("seed"))
 
 
 @pytest.fixture
@@ -312,9 +309,11 @@ def test_it_escapes_model_output_on_every_page(editor_client, episode):
             assert raw not in body, (name, raw)
     turns_body = editor_client.get(pages["turns"]).content.decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in turns_body
-    episode_body = editor_client.get(pages["episode"]).content.decode()
-    # The viewer's data travels in json_script, where < is \u003C: text, never markup.
-    assert "\\u003Cscript\\u003Ealert(1)" in episode_body
+    # The turn's texts come as JSON, set as text by the viewer, never as markup.
+    turn = editor_client.get(reverse("rollouts:episode_turn", args=[episode.id, 1]))
+    assert turn["Content-Type"] == "application/json"
+    assert turn["X-Content-Type-Options"] == "nosniff"
+    assert (turn.json()["model_text"], turn.json()["error"]) == (HOSTILE, HOSTILE)
 
 
 # --- the episode viewer ------------------------------------------------------------------
@@ -327,12 +326,13 @@ def test_it_bounds_the_episode_viewer_queries_whatever_the_length(
     assert long_.turns.count() == 120
     for episode in (short, long_):
         url = reverse("rollouts:episode_detail", args=[episode.id])
-        # Session, user, permissions, episode, frames, turns (with their corrections), its
-        # forks, the fork form's endpoints: none grows with the number of turns.
-        with django_assert_max_num_queries(9):
+        # Session, user, permissions (user's and groups'), episode, turns (with their
+        # frames), turns with errors, turns with unlocks, its forks, the fork form's
+        # endpoints: none grows with the number of turns.
+        with django_assert_max_num_queries(10):
             response = editor_client.get(url)
         assert response.status_code == 200
-        assert len(response.context["turns"]) == episode.turns.count()
+        assert response.context["turn_count"] == episode.turns.count()
 
 
 def test_it_shows_the_images_the_model_saw_and_the_turn_asked_for(viewer_client, episode):
@@ -353,21 +353,25 @@ def test_it_shows_the_images_the_model_saw_and_the_turn_asked_for(viewer_client,
     response = viewer_client.get(
         reverse("rollouts:episode_detail", args=[episode.id]), {"turn": "3"}
     )
-    turns = response.context["turns"]
-    assert turns[3]["seen"] == [
+
+    def turn(index: int) -> dict:
+        return viewer_client.get(reverse("rollouts:episode_turn", args=[episode.id, index])).json()
+
+    assert turn(3)["seen"] == [
         {"step": 2, "frame": frames[2]},
         {"step": 3, "frame": frames[3]},
     ]
     # A baseline sends no request: it saw its own frame.
-    assert turns[0]["seen"] == [{"step": 0, "frame": frames[0]}]
-    assert turns[1]["frame"] == frames[1]
+    assert turn(0)["seen"] == [{"step": 0, "frame": frames[0]}]
+    assert turn(1)["frame"] == frames[1]
     assert response.context["viewer_config"]["turnIndex"] == 3
     body = response.content.decode()
     assert "image-rendering: pixelated" not in body  # lives in the stylesheet
     assert 'class="pixel"' in body
-    assert reverse("rollouts:frame_image", args=[frames[0]]) in body
+    # The frame at the cursor is on the page from the start.
+    assert reverse("rollouts:frame_image", args=[frames[3]]) in body
     far = viewer_client.get(reverse("rollouts:episode_detail", args=[episode.id]), {"turn": "99"})
-    assert far.context["viewer_config"]["turnIndex"] == len(turns) - 1
+    assert far.context["viewer_config"]["turnIndex"] == episode.turns.count() - 1
     missing = viewer_client.get(reverse("rollouts:episode_detail", args=[10**9]))
     assert missing.status_code == 404
 

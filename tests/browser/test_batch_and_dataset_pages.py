@@ -143,12 +143,9 @@ def test_it_cancels_resumes_and_runs_a_batch_again(page: Page, live_server):
 
 
 def test_it_filters_a_dataset_with_searchable_checkbox_lists(page: Page, live_server):
-    batch = services.batch_create(
-        settings=RolloutSettings(policy="scripted", seeds=(1, 2), steps=4, name="small"),
-        enqueue=False,
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=(1, 2), steps=4, name="small")
     )
-    for episode in batch.episodes.all():
-        services.episode_run(episode_id=episode.id)
     count_urls: list[str] = []
     page.on("request", lambda r: count_urls.append(r.url) if "/datasets/counts/" in r.url else 0)
     _log_in(page, live_server.url, "/datasets/new/")

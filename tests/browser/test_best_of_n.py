@@ -37,12 +37,10 @@ def test_the_live_counts_show_each_groups_kept_samples(
     live_server,
     width,
 ):
-    batch = services.batch_create(
-        settings=RolloutSettings(policy="random", seeds=(3, 4), samples_per_seed=3, steps=5),
-        enqueue=False,
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="random", seeds=(3, 4), samples_per_seed=3, steps=5)
     )
-    for episode in batch.episodes.all():
-        assert services.episode_run(episode_id=episode.id) == "finished"
+    assert batch.episodes_finished == 6, batch.error
     # seed 3: sample 2 is best by hand; seed 4 keeps its recorded outcomes
     Episode.objects.filter(batch=batch, seed=3).update(achievement_count=0, total_reward=0.0)
     Episode.objects.filter(batch=batch, seed=3, sample=2).update(achievement_count=4)

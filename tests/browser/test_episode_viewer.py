@@ -67,12 +67,11 @@ def _user(username: str, *, editor: bool) -> User:
 
 
 def _played_episode(*, steps: int, seed: int = 1) -> Episode:
-    batch = services.batch_create(
-        settings=RolloutSettings(policy="scripted", seeds=(seed,), steps=steps, name="tour"),
-        enqueue=False,
+    batch = services.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=(seed,), steps=steps, name="tour")
     )
     episode = batch.episodes.get()
-    assert services.episode_run(episode_id=episode.id) == "finished"
+    assert episode.status == Episode.Status.FINISHED, episode.error
     return episode
 
 
@@ -194,3 +193,47 @@ def test_it_flags_from_the_turn_list_and_in_bulk(studio_page: Page, live_server,
     expect(page.locator("#bulk-flag-progress")).to_contain_text("Flagged 60 turns.")
     assert episode.turns.filter(flagged=True).count() == 60
     assert other.turns.filter(flagged=True).count() == 1  # outside the filter: untouched
+
+
+def test_it_loads_each_turns_text_as_the_cursor_moves_and_after_a_far_jump(
+    studio_page: Page, live_server
+):
+    from rollouts.tests.helpers import seed_episode
+
+    page = studio_page
+    _user("walker", editor=False)
+    turns = 1500
+    episode = seed_episode(turns=turns, observation="Seen at {i}.", model_text="Said at {i}.")
+    path = f"/episodes/{episode.id}/"
+    _log_in(page, live_server.url, path, "walker")
+    position = page.locator("#turn-pos")
+    model_text = page.locator('[data-field="model_text"]')
+    observation = page.locator('[data-field="observation"]')
+    expect(model_text).to_have_text("Said at 0.")
+    for i in range(1, 6):
+        page.keyboard.press("ArrowRight")
+        expect(position).to_have_text(f"{i + 1} / {turns}")
+        expect(model_text).to_have_text(f"Said at {i}.")
+        expect(observation).to_have_text(f"Seen at {i}.")
+    page.keyboard.press("End")
+    expect(position).to_have_text(f"{turns} / {turns}")
+    expect(model_text).to_have_text(f"Said at {turns - 1}.")
+    page.keyboard.press("ArrowLeft")
+    expect(model_text).to_have_text(f"Said at {turns - 2}.")
+    # The filmstrip holds the turns around the cursor, not 1,500 thumbnails.
+    assert 0 < page.locator("#filmstrip .thumb").count() <= 81
+    expect(page.locator("#filmstrip .thumb.current")).to_have_attribute("data-i", str(turns - 2))
+
+    page.goto(f"{live_server.url}{path}?turn=1234")
+    expect(position).to_have_text(f"1235 / {turns}")
+    expect(model_text).to_have_text("Said at 1234.")
+    expect(observation).to_have_text("Seen at 1234.")
+    # Its neighbours were fetched ahead: the next key press shows the turn with no request.
+    page.wait_for_load_state("networkidle")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.keyboard.press("ArrowRight")
+    expect(model_text).to_have_text("Said at 1235.")
+    assert not [url for url in asked if url.endswith("/turns/1235/")], asked
+    page.keyboard.press("Home")
+    expect(model_text).to_have_text("Said at 0.")

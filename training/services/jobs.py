@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from datasets.models import DatasetVersion
+from studio import queue
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError, provider_for
 from training.providers.base import PlannedRequest, UploadFile
@@ -41,6 +42,8 @@ def training_job_create(
         effective_config=submission.config.to_json(),
         idempotency_key=uuid.uuid4().hex,
         created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+        # Without enqueue the caller submits it; the periodic requeue leaves it alone.
+        enqueued_at=None if enqueue else timezone.now(),
     )
     _note(job, "created", f"Job saved; {submission.provider} at {submission.base_url}")
     if enqueue:
@@ -48,10 +51,11 @@ def training_job_create(
     return job
 
 
-def training_job_enqueue(*, job_id: int) -> None:
+def training_job_enqueue(*, job_id: int) -> bool:
+    """Send the submission; False when the broker is down (the periodic requeue sends it)."""
     from training.tasks import training_job_submit as task
 
-    task.delay(job_id)
+    return queue.send_job(TrainingJob, task, job_id)
 
 
 def training_job_plan(*, submission: Submission, build_files: bool) -> list[PlannedRequest]:

@@ -13,13 +13,13 @@ import datetime as dt
 import logging
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from studio import claims, queue
 from training.config import TrainingConfig
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError
@@ -41,30 +41,33 @@ logger = logging.getLogger(__name__)
 # -- submit ---------------------------------------------------------------------------------
 
 
+def _stale_after() -> dt.timedelta:
+    """How long an uploading job's worker may stay silent before it is presumed dead."""
+    return dt.timedelta(seconds=settings.STUDIO_TRAINING_STALE_SECONDS)
+
+
 def _claim(*, job_id: int) -> str | None:
-    now = timezone.now()
-    stale = now - dt.timedelta(seconds=settings.STUDIO_TRAINING_STALE_SECONDS)
-    token = uuid.uuid4().hex
-    claimed = (
-        TrainingJob.objects.filter(id=job_id, cancel_requested=False)
-        .filter(
-            Q(status=TrainingJob.Status.PENDING)
-            | Q(status=TrainingJob.Status.UPLOADING, heartbeat_at__lt=stale)
-        )
-        .update(
-            status=TrainingJob.Status.UPLOADING,
-            claim_token=token,
-            heartbeat_at=now,
-            attempts=F("attempts") + 1,
-        )
+    # `started_at` is when the provider reports the remote job running, not this claim.
+    return claims.job_claim(
+        model=TrainingJob,
+        pk=job_id,
+        stale_after=_stale_after(),
+        working=TrainingJob.Status.UPLOADING,
+        where=Q(cancel_requested=False),
+        stamp_start=False,
+        attempts=F("attempts") + 1,
     )
-    return token if claimed == 1 else None
 
 
 def _save_mine(job_id: int, token: str, **fields) -> bool:
     """Write fields only while this worker still holds the claim."""
-    fields.setdefault("heartbeat_at", timezone.now())
-    return TrainingJob.objects.filter(id=job_id, claim_token=token).update(**fields) == 1
+    return claims.job_heartbeat(
+        model=TrainingJob,
+        pk=job_id,
+        token=token,
+        working=TrainingJob.Status.UPLOADING,
+        **fields,
+    )
 
 
 def training_job_submit(*, job_id: int, last_attempt: bool = False) -> SubmitOutcome:
@@ -214,20 +217,15 @@ def _sections(effective: dict) -> dict[str, dict]:
 def training_jobs_requeue_stale() -> list[int]:
     """Send the submission task again for jobs whose worker died or whose message was lost.
 
-    A job waiting unclaimed, or uploading without a heartbeat, for the stale window: the
-    claim decides who works on it, so a duplicate delivery is harmless.
+    A job uploading without a heartbeat for the stale window, or pending with its message
+    never sent (the broker was down) or long lost: the claim decides who works on it, so a
+    duplicate delivery is harmless. Returns the ids sent.
     """
     from training.tasks import training_job_submit as task
 
-    stale = timezone.now() - dt.timedelta(seconds=settings.STUDIO_TRAINING_STALE_SECONDS)
-    ids = list(
-        TrainingJob.objects.filter(cancel_requested=False)
-        .filter(
-            Q(status=TrainingJob.Status.PENDING, created_at__lt=stale, claim_token="")
-            | Q(status=TrainingJob.Status.UPLOADING, heartbeat_at__lt=stale)
-        )
-        .values_list("id", flat=True)[:100]
+    ids = claims.jobs_to_resend(
+        rows=TrainingJob.objects.filter(cancel_requested=False),
+        stale_after=_stale_after(),
+        working=TrainingJob.Status.UPLOADING,
     )
-    for job_id in ids:
-        task.delay(job_id)
-    return ids
+    return ids[: queue.resend(TrainingJob, task, ids)]

@@ -8,17 +8,18 @@ import sys
 import time
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.core.management.base import CommandError
 
 from rollouts import services, services_fork
 from rollouts.management.commands.rollout import Command as RolloutCommand
 from rollouts.models import Episode
-from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError
+from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError, cli_default
 from studio.commands import progress_bar, usage_error
 
 # `rollout` options a fork does not take (its original decides them), with their defaults.
-_NOT_FOR_FORKS = {"seeds": "0", "image_size": 64, "resume": None, "name": ""}
+_NOT_FOR_FORKS = {name: cli_default(name) for name in ("seeds", "image_size", "name")} | {
+    "resume": None
+}
 
 
 class Command(RolloutCommand):
@@ -87,7 +88,7 @@ class Command(RolloutCommand):
         elif human:
             pass  # its replay failed; the error is below
         elif options["inline"]:
-            services.episode_run(episode_id=episode.id, cli_api_key=django_settings.OPENAI_API_KEY)
+            services.batch_play_inline(batch=episode.batch, cli_api_key=self._cli_api_key())
         elif options["wait"]:
             self._wait_fork(episode)
         episode.refresh_from_db()

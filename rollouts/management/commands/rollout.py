@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.management.base import CommandError
-from django.db import close_old_connections
 
 from rollouts import selectors, services
 from rollouts.model_endpoints import chat_endpoint_with_url, endpoint_settings
-from rollouts.models import Episode, RolloutBatch
+from rollouts.models import RolloutBatch
 from rollouts.rollout_settings import (
-    DEFAULT_SCRIPT,
-    IMAGE_DETAILS,
-    OBSERVATION_MODES,
-    ON_BAD_OUTPUT,
-    POLICIES,
     RolloutSettings,
     SettingsError,
-    parse_seeds,
+    add_cli_arguments,
+    settings_from_cli,
 )
 from rollouts.scoring import SCORE_UNIT
 from studio.commands import StudioCommand, progress_bar, usage_error
@@ -44,62 +38,8 @@ class Command(StudioCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--policy", choices=POLICIES)
-        parser.add_argument("--model", default="", help="model name (openai policy)")
-        parser.add_argument(
-            "--endpoint",
-            default="",
-            help="an endpoint an admin named (its URL, key variable and limits); "
-            "default: 'default' when it exists",
-        )
-        parser.add_argument(
-            "--base-url",
-            default="",
-            help="an OpenAI-compatible URL instead of --endpoint; workers send no key to a URL "
-            "no endpoint has, --inline sends this command's OPENAI_API_KEY",
-        )
-        parser.add_argument("--seeds", default="0", help="7, 0-9 or 1,5,9-12")
-        parser.add_argument(
-            "--samples-per-seed",
-            type=int,
-            default=1,
-            metavar="K",
-            help="play each seed K times (sample i seeds the policy's own sampling)",
-        )
-        parser.add_argument("--steps", type=int, default=256)
-        parser.add_argument("--image-size", type=int, default=64)
-        parser.add_argument("--actions", nargs="+", default=list(DEFAULT_SCRIPT))
-        parser.add_argument(
-            "--history-frames", type=int, default=0, help="also show the last K frames (0-9)"
-        )
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=None,
-            help="most model requests in flight per endpoint, across all workers "
-            "(default: the endpoint's, else 4)",
-        )
-        parser.add_argument("--name", default="")
-        parser.add_argument("--temperature", type=float, default=0.0)
-        parser.add_argument("--max-tokens", type=int, default=512)
-        parser.add_argument("--image-detail", choices=IMAGE_DETAILS, default="auto")
-        parser.add_argument("--observation-mode", choices=OBSERVATION_MODES, default="image_text")
-        parser.add_argument(
-            "--on-bad-output",
-            choices=ON_BAD_OUTPUT,
-            default="noop",
-            help="after a failed call or unusable answer: play noop, or end the episode",
-        )
-        parser.add_argument(
-            "--max-retries", type=int, default=4, help="retries of a 429, 5xx, timeout or drop"
-        )
-        parser.add_argument("--request-timeout", type=float, default=60.0)
-        parser.add_argument(
-            "--requests-per-minute",
-            type=int,
-            default=None,
-            help="per endpoint, across all workers; 0 = no limit (default: the endpoint's)",
-        )
+        # The batch's options: declared once, with their defaults and help, in RolloutSettings.
+        add_cli_arguments(parser)
         parser.add_argument(
             "--resume",
             type=int,
@@ -117,17 +57,24 @@ class Command(StudioCommand):
                 raise usage_error(f"resume: there is no batch {options['resume']}")
             # Failed episodes afresh, pending ones, and running ones whose worker died.
             services.batch_resume(batch=batch, enqueue=not options["inline"])
+            if options["inline"]:
+                services.batch_play_inline(
+                    batch=batch, cli_api_key=self._cli_api_key(), progress=self._progress
+                )
         else:
             if not options["policy"]:
                 raise usage_error("--policy is required (scripted, random or openai)")
             settings = self._settings(options)
-            batch = services.batch_create(settings=settings, enqueue=not options["inline"])
+            if options["inline"]:
+                batch = services.batch_run_inline(
+                    settings=settings, cli_api_key=self._cli_api_key(), progress=self._progress
+                )
+            else:
+                batch = services.batch_create(settings=settings)
         if not options["inline"] and selectors.batch_episodes_unsent(batch_id=batch.id):
             # Saved, not lost: the periodic requeue sends it once the broker answers again.
             self.stderr.write(f"{QUEUE_UNREACHABLE}; the batch will start when it is back")
-        if options["inline"]:
-            self._play_inline(batch)
-        elif options["wait"]:
+        if options["wait"]:
             self._wait(batch)
         summary = selectors.batch_summary(batch=batch)
         self.stdout.write(json.dumps(summary))
@@ -183,61 +130,20 @@ class Command(StudioCommand):
 
     def _settings(self, options: dict[str, Any]) -> RolloutSettings:
         endpoint = self._endpoint_options(options)
-
-        def chosen(option: str, default: int) -> int:
-            value = options[option]
-            return value if value is not None else endpoint.get(option, default)
-
         try:
-            return RolloutSettings(
-                policy=options["policy"],
-                seeds=tuple(parse_seeds(options["seeds"])),
-                samples_per_seed=options["samples_per_seed"],
-                steps=options["steps"],
-                image_size=options["image_size"],
-                actions=tuple(options["actions"]),
-                name=options["name"],
-                model=options["model"],
-                endpoint=endpoint.get("endpoint", ""),
-                base_url=endpoint.get("base_url", ""),
-                history_frames=options["history_frames"],
-                concurrency=chosen("concurrency", 4),
-                temperature=options["temperature"],
-                max_tokens=options["max_tokens"],
-                image_detail=options["image_detail"],
-                observation_mode=options["observation_mode"],
-                on_bad_output=options["on_bad_output"],
-                max_retries=options["max_retries"],
-                request_timeout=options["request_timeout"],
-                requests_per_minute=chosen("requests_per_minute", 0),
-            )
+            return settings_from_cli(options, endpoint=endpoint)
         except SettingsError as exc:
             raise usage_error(str(exc)) from exc
 
-    def _play_inline(self, batch: RolloutBatch) -> None:
-        ids = list(
-            batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
-            .order_by("seed", "sample")
-            .values_list("id", flat=True)
-        )
-        settings = services.batch_settings(batch)
-        # Model calls wait on the network: overlap episodes. Baselines are CPU-bound: one by one.
-        workers = settings.concurrency if settings.policy == "openai" else 1
-        bar = progress_bar(total=len(ids), desc=f"batch {batch.id}", unit="episode")
+    @staticmethod
+    def _cli_api_key() -> str:
+        # Inline, the calls leave from this process: its own key may go to the URL its
+        # operator gave (never to an admin-named endpoint, which has its own).
+        return django_settings.OPENAI_API_KEY
 
-        def play(episode_id: int) -> str:
-            try:
-                # Inline, the calls leave from this process: its own key may go to the URL
-                # its operator gave (never to an admin-named endpoint, which has its own).
-                return services.episode_run(
-                    episode_id=episode_id, cli_api_key=django_settings.OPENAI_API_KEY
-                )
-            finally:
-                close_old_connections()
-
-        with bar, ThreadPoolExecutor(max_workers=workers) as pool:
-            for _ in pool.map(play, ids):
-                bar.update(1)
+    @staticmethod
+    def _progress(batch: RolloutBatch, total: int):
+        return progress_bar(total=total, desc=f"batch {batch.id}", unit="episode")
 
     def _wait(self, batch: RolloutBatch) -> None:
         bar = progress_bar(total=batch.episodes_total, desc=f"batch {batch.id}", unit="episode")

@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from rollouts import services
-from rollouts.models import Episode, RolloutBatch
+from rollouts.models import RolloutBatch
 from rollouts.rollout_settings import RolloutSettings
 from studio.commands import StudioCommand
 from studio.models import Endpoint
@@ -50,7 +50,5 @@ class Command(StudioCommand):
         if RolloutBatch.objects.filter(name=DEMO_BATCH_NAME).exists():
             return
         settings = RolloutSettings(policy="scripted", seeds=(0, 1, 2, 3), name=DEMO_BATCH_NAME)
-        batch = services.batch_create(settings=settings, created_by=user, enqueue=False)
-        for episode in Episode.objects.filter(batch=batch).order_by("seed"):
-            services.episode_run(episode_id=episode.id)
+        services.batch_run_inline(settings=settings, created_by=user)
         self.stdout.write(f"Recorded {len(settings.seeds)} demo episodes (seeds 0-3).")

@@ -1,24 +1,48 @@
-// Episode viewer: renders the turn at the cursor from the page's JSON, so moving between
-// turns costs no request. Every string from a turn is model output: it is only ever set
-// with textContent, never parsed as HTML.
+// Episode viewer. The page carries a compact index of the turns (selectors_review.
+// episode_index: frames, flags, errors, unlocks, vitals, in columns); each turn's texts come
+// from its JSON view when the cursor reaches it, and its neighbours' are fetched ahead, so a
+// key press shows a cached turn at once. Every string from a turn is model output: it is
+// only ever set with textContent, never parsed as HTML.
 (function () {
   "use strict";
 
-  const turnsNode = document.getElementById("turns-data");
+  const indexNode = document.getElementById("turn-index");
   const configNode = document.getElementById("viewer-config");
-  if (!turnsNode || !configNode) return;
-  const turns = JSON.parse(turnsNode.textContent);
+  if (!indexNode || !configNode) return;
+  const index = JSON.parse(indexNode.textContent);
   const config = JSON.parse(configNode.textContent);
-  if (!turns.length) return;
+  const count = index.count;
+  if (!count) return;
 
   const SHA = /^[0-9a-f]{64}$/;
-  const byId = new Map(turns.map((t) => [t.id, t]));
+  // Per position (the cursor): the turn's index, its frame's step and sha256, and marks.
+  const turnNumbers = index.turn;
+  const steps = index.step;
+  const frameBytes = atob(index.frames); // 32 bytes a turn, end to end
+  const flagged = marks(index.flagged);
+  const errors = marks(index.errors);
+  const unlocks = marks(index.unlocks);
+  const rewards = new Float64Array(count);
+  for (const [p, reward] of index.reward) rewards[p] = Number(reward) || 0;
+
+  // Turn details by position: the cursor's and its neighbours', a few requests at a time.
+  const AHEAD = 8; // turns fetched ahead on either side of the cursor
+  const CACHE_SIZE = 200;
+  const MAX_LOADING = 4;
+  // While the cursor sweeps (the scrubber dragged, a key held), fetch only where it rests.
+  const SETTLE_MS = 60;
+  let settle = 0;
+  const details = new Map();
+  const loading = new Map();
+  const positionById = new Map();
+  // Turns whose fetch failed: not asked again until the cursor comes back to them.
+  const failed = new Set();
+
   const panel = document.getElementById("turn-panel");
   const mainImage = document.getElementById("frame-main");
   const scrubber = document.getElementById("scrubber");
   const position = document.getElementById("turn-pos");
   const strip = document.getElementById("filmstrip");
-  const thumbs = buildFilmstrip();
   const help = document.getElementById("help");
   const flagButton = document.getElementById("flag-button");
   const flagState = document.getElementById("flag-state");
@@ -40,10 +64,89 @@
   const keyActions = new Map((config.keys || []).map(([key, action]) => [key, action]));
   const MAX_RELABEL = 8;
   let picks = [];
+  let editing = -1; // the position whose correction the editor holds
   let cursor = 0;
+
+  function marks(positions) {
+    const marked = new Uint8Array(count);
+    for (const p of positions) marked[p] = 1;
+    return marked;
+  }
+
+  function frameSha(p) {
+    let hex = "";
+    for (let i = p * 32; i < p * 32 + 32; i++) hex += frameBytes.charCodeAt(i).toString(16).padStart(2, "0");
+    return hex;
+  }
 
   function frameUrl(sha) {
     return SHA.test(sha) ? config.frameUrl.replace("0".repeat(64), sha) : "";
+  }
+
+  // --- turn details: fetched by turn index, kept for the positions around the cursor ---
+
+  function detailUrl(p) {
+    return config.turnUrl.replace(/\/0\/$/, "/" + Number(turnNumbers[p]) + "/");
+  }
+
+  function load(p) {
+    if (details.has(p)) return Promise.resolve(details.get(p));
+    if (loading.has(p)) return loading.get(p);
+    const request = fetch(detailUrl(p), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => (r.ok ? r.json() : Promise.reject(new Error("HTTP " + r.status))))
+      .then((detail) => {
+        remember(p, detail);
+        if (p === cursor) renderDetail(detail);
+        return detail;
+      })
+      .catch((error) => {
+        failed.add(p);
+        if (p === cursor) say("turn not loaded (" + error.message + ")", true);
+        throw error;
+      })
+      .finally(() => {
+        loading.delete(p);
+        prefetch();
+      });
+    loading.set(p, request);
+    return request;
+  }
+
+  function remember(p, detail) {
+    details.set(p, detail);
+    positionById.set(detail.id, p);
+    while (details.size > CACHE_SIZE) {
+      let farthest = p;
+      for (const q of details.keys()) if (Math.abs(q - cursor) > Math.abs(farthest - cursor)) farthest = q;
+      if (farthest === p) break;
+      positionById.delete(details.get(farthest).id);
+      details.delete(farthest);
+    }
+  }
+
+  // The cursor's turn and its nearest neighbours not yet here, nearest first.
+  function prefetch() {
+    for (let d = 0; d <= AHEAD && loading.size < MAX_LOADING; d++) {
+      for (const p of d ? [cursor + d, cursor - d] : [cursor]) {
+        if (p < 0 || p >= count || details.has(p) || loading.has(p) || failed.has(p)) continue;
+        if (loading.size >= MAX_LOADING) return;
+        load(p).catch(() => {});
+      }
+    }
+  }
+
+  // Runs `action` with the cursor's turn once it is here (at once when it is cached).
+  function withDetail(action) {
+    const p = cursor;
+    if (details.has(p)) return action(details.get(p), p);
+    say("loading the turn…");
+    load(p)
+      .then((detail) => {
+        if (cursor !== p) return;
+        say("");
+        action(detail, p);
+      })
+      .catch(() => {});
   }
 
   function idUrl(template, id) {
@@ -51,32 +154,69 @@
     return template.replace("/0/", "/" + Number(id) + "/");
   }
 
-  function buildFilmstrip() {
-    const fragment = document.createDocumentFragment();
-    const built = turns.map((turn, i) => {
-      const thumb = document.createElement("button");
-      thumb.type = "button";
-      thumb.className = "thumb";
-      thumb.classList.toggle("flagged", turn.flagged);
-      thumb.classList.toggle("has-error", Boolean(turn.error));
-      thumb.classList.toggle("has-unlock", turn.unlocked.length > 0);
-      thumb.dataset.i = String(i);
-      thumb.title = "Turn " + turn.index + " · step " + turn.step;
-      const img = document.createElement("img");
-      img.className = "pixel";
-      img.loading = "lazy";
-      img.width = 48;
-      img.height = 48;
-      img.alt = "";
-      img.src = frameUrl(turn.frame);
-      const label = document.createElement("span");
-      label.textContent = String(turn.index);
-      thumb.append(img, label);
-      fragment.appendChild(thumb);
-      return thumb;
-    });
-    strip.appendChild(fragment);
-    return built;
+  // The filmstrip holds the thumbnails around the cursor, not one per turn: 10,000 buttons
+  // would cost more than the page. It moves on when the cursor nears either end.
+  const STRIP_AROUND = 40;
+  let stripStart = 0;
+  let stripThumbs = [];
+
+  function thumbFor(p) {
+    return p >= stripStart && p < stripStart + stripThumbs.length ? stripThumbs[p - stripStart] : null;
+  }
+
+  function markThumb(p) {
+    const thumb = thumbFor(p);
+    if (!thumb) return;
+    thumb.classList.toggle("flagged", flagged[p] === 1);
+    thumb.classList.toggle("has-error", errors[p] === 1);
+    thumb.classList.toggle("has-unlock", unlocks[p] === 1);
+    thumb.classList.toggle("current", p === cursor);
+  }
+
+  function buildThumb(p) {
+    const thumb = document.createElement("button");
+    thumb.type = "button";
+    thumb.className = "thumb";
+    thumb.dataset.i = String(p);
+    thumb.title = "Turn " + turnNumbers[p] + " · step " + steps[p];
+    const img = document.createElement("img");
+    img.className = "pixel";
+    img.loading = "lazy";
+    img.width = 48;
+    img.height = 48;
+    img.alt = "";
+    img.src = frameUrl(frameSha(p));
+    const label = document.createElement("span");
+    label.textContent = String(turnNumbers[p]);
+    thumb.append(img, label);
+    return thumb;
+  }
+
+  function renderFilmstrip() {
+    const span = Math.min(count, 2 * STRIP_AROUND + 1);
+    const end = stripStart + stripThumbs.length;
+    const margin = STRIP_AROUND / 4;
+    // Kept while the cursor is well inside it, or near an end of the episode it reaches.
+    const keep =
+      stripThumbs.length > 0 &&
+      cursor >= stripStart &&
+      cursor < end &&
+      (cursor >= stripStart + margin || stripStart === 0) &&
+      (cursor < end - margin || end === count);
+    if (!keep) {
+      stripStart = Math.min(Math.max(cursor - STRIP_AROUND, 0), count - span);
+      stripThumbs = [];
+      const fragment = document.createDocumentFragment();
+      for (let p = stripStart; p < stripStart + span; p++) {
+        const thumb = buildThumb(p);
+        stripThumbs.push(thumb);
+        fragment.appendChild(thumb);
+      }
+      strip.replaceChildren(fragment);
+    }
+    stripThumbs.forEach((_, i) => markThumb(stripStart + i));
+    const current = thumbFor(cursor);
+    if (current) current.scrollIntoView({ block: "nearest", inline: "center" });
   }
 
   function field(name) {
@@ -103,29 +243,73 @@
     }
   }
 
-  function renderReview(turn) {
+  // The flag from the index (shown at once), the note from the turn's detail once here.
+  function renderReview(p) {
+    const isFlagged = flagged[p] === 1;
     if (flagButton) {
-      flagButton.setAttribute("aria-pressed", turn.flagged ? "true" : "false");
-      flagButton.classList.toggle("on", turn.flagged);
-      flagButton.textContent = turn.flagged ? "⚑ Flagged" : "⚐ Flag";
+      flagButton.setAttribute("aria-pressed", isFlagged ? "true" : "false");
+      flagButton.classList.toggle("on", flagged);
+      flagButton.textContent = isFlagged ? "⚑ Flagged" : "⚐ Flag";
     }
     if (flagState) {
-      flagState.textContent = turn.flagged ? "⚑ flagged" : "not flagged";
-      flagState.classList.toggle("warn", turn.flagged);
+      flagState.textContent = isFlagged ? "⚑ flagged" : "not flagged";
+      flagState.classList.toggle("warn", flagged);
     }
-    if (noteInput && document.activeElement !== noteInput) noteInput.value = turn.note || "";
-    if (noteReadonly) noteReadonly.textContent = turn.note || "";
-    thumbs[turns.indexOf(turn)].classList.toggle("flagged", turn.flagged);
+    const turn = details.get(p);
+    if (noteInput) {
+      // No note to edit until the turn's own is here: a blank box would overwrite it.
+      noteInput.disabled = !turn;
+      if (document.activeElement !== noteInput) noteInput.value = turn ? turn.note || "" : "";
+    }
+    if (noteReadonly) noteReadonly.textContent = turn ? turn.note || "" : "";
+    markThumb(p);
   }
 
   function render() {
-    const turn = turns[cursor];
-    mainImage.src = frameUrl(turn.frame);
-    scrubber.value = String(cursor);
-    position.textContent = cursor + 1 + " / " + turns.length;
-    setText("index", turn.index);
-    setText("step", turn.step);
-    setText("reward", "reward " + Number(turn.reward).toFixed(2));
+    const p = cursor;
+    mainImage.src = frameUrl(frameSha(p));
+    scrubber.value = String(p);
+    position.textContent = p + 1 + " / " + count;
+    setText("index", turnNumbers[p]);
+    setText("step", steps[p]);
+    setText("reward", "reward " + rewards[p].toFixed(2));
+    if (forkTurn) forkTurn.value = String(turnNumbers[p]);
+    renderFilmstrip();
+    renderReview(p);
+    moveChartCursor();
+    if (!zoom.hidden) zoomImage.src = mainImage.src;
+    history.replaceState(null, "", "?turn=" + p);
+    // Warm the neighbours so that the next key press shows its frame at once.
+    for (const q of [p - 1, p + 1]) {
+      if (q >= 0 && q < count) new Image().src = frameUrl(frameSha(q));
+    }
+    // A turn already here shows at once; one that is not shows when it arrives (`load`).
+    if (details.has(p)) renderDetail(details.get(p));
+    else renderLoading();
+    failed.delete(p);
+    clearTimeout(settle);
+    settle = setTimeout(prefetch, details.has(p) ? 0 : SETTLE_MS);
+  }
+
+  // Until the turn's detail is here: its texts blank, never the previous turn's.
+  function renderLoading() {
+    panel.classList.add("loading");
+    panel.setAttribute("aria-busy", "true");
+    for (const name of ["error", "error_kind", "tool_calls", "reasoning", "observation", "meta", "relabel_meta", "relabel_reason"]) setText(name, "");
+    setText("model_text", "loading…");
+    field("model_text").classList.add("muted");
+    for (const name of ["actions", "unlocked", "vitals", "relabel", "seen"]) field(name).replaceChildren();
+    for (const name of ["unlocked", "error", "tool_calls", "reasoning", "relabel"]) section(name, false);
+    panel.querySelectorAll(".load-rest").forEach((node) => node.remove());
+    if (forkCorrection) {
+      forkCorrection.disabled = true;
+      forkCorrection.checked = false;
+    }
+  }
+
+  function renderDetail(turn) {
+    panel.classList.remove("loading");
+    panel.removeAttribute("aria-busy");
     chips("actions", turn.actions.length ? turn.actions : ["(none)"], "action");
     chips("unlocked", turn.unlocked, "ok");
     section("unlocked", turn.unlocked.length > 0);
@@ -158,16 +342,7 @@
     if (turn.text_fallback) meta.push("actions parsed from text");
     setText("meta", meta.join(" · "));
     renderRelabel(turn);
-    renderReview(turn);
-    moveChartCursor();
-    if (!zoom.hidden) zoomImage.src = mainImage.src;
-    thumbs.forEach((thumb, i) => thumb.classList.toggle("current", i === cursor));
-    thumbs[cursor].scrollIntoView({ block: "nearest", inline: "center" });
-    history.replaceState(null, "", "?turn=" + cursor);
-    // Warm the neighbours so that the next key press shows its frame at once.
-    for (const j of [cursor - 1, cursor + 1]) {
-      if (turns[j]) new Image().src = frameUrl(turns[j].frame);
-    }
+    renderReview(cursor);
   }
 
   // Long texts arrive cut (selectors_review.clip_for_page); a button loads the rest as text.
@@ -185,7 +360,7 @@
         fetch(url, { credentials: "same-origin" })
           .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
           .then((text) => {
-            if (turns[cursor] === turn) target.textContent = text;
+            if (details.get(cursor) === turn) target.textContent = text;
             button.remove();
           })
           .catch(() => {
@@ -203,7 +378,6 @@
     chips("relabel", relabel ? relabel.actions : [], "action ok");
     setText("relabel_meta", relabel ? "by " + (relabel.by || "?") + ", " + relabel.at.slice(0, 16).replace("T", " ") + " UTC" : "");
     setText("relabel_reason", relabel ? relabel.reason : "");
-    if (forkTurn) forkTurn.value = String(turn.index);
     if (forkCorrection) {
       forkCorrection.disabled = !relabel;
       if (!relabel) forkCorrection.checked = false;
@@ -238,12 +412,14 @@
       say("You can look; relabeling needs the review permission.", true);
       return;
     }
-    const turn = turns[cursor];
-    picks = turn.relabel ? turn.relabel.actions.slice() : [];
-    reasonInput.value = turn.relabel ? turn.relabel.reason : "";
-    editor.hidden = false;
-    renderPicks();
-    editor.scrollIntoView({ block: "nearest" });
+    withDetail((turn, p) => {
+      editing = p;
+      picks = turn.relabel ? turn.relabel.actions.slice() : [];
+      reasonInput.value = turn.relabel ? turn.relabel.reason : "";
+      editor.hidden = false;
+      renderPicks();
+      editor.scrollIntoView({ block: "nearest" });
+    });
   }
 
   function closeEditor() {
@@ -261,7 +437,8 @@
   }
 
   async function sendRelabel(values) {
-    const turn = turns[cursor];
+    const turn = details.get(editing);
+    if (!turn) return;
     say("saving correction…");
     const response = await fetch(idUrl(config.relabelUrl, turn.id), {
       method: "POST",
@@ -274,10 +451,11 @@
       say("not saved (" + response.status + (data.error ? ": " + data.error : "") + ")", true);
       return;
     }
-    const target = byId.get(data.id);
+    const p = positionById.get(data.id);
+    const target = details.get(p);
     if (target) target.relabel = data.relabel;
     closeEditor();
-    if (target === turns[cursor]) renderRelabel(target);
+    if (target && p === cursor) renderRelabel(target);
     say(data.relabel ? "correction saved" : "correction removed");
   }
 
@@ -318,19 +496,15 @@
 
   // --- moving by kind of turn, the larger frame, the chart ---
 
-  function seek(step, test) {
-    for (let i = cursor + step; i >= 0 && i < turns.length; i += step) {
-      if (test(turns[i])) {
+  function seek(step, marked) {
+    for (let i = cursor + step; i >= 0 && i < count; i += step) {
+      if (marked[i] === 1) {
         go(i);
         return;
       }
     }
     say("no " + (step > 0 ? "later" : "earlier") + " turn of that kind");
   }
-
-  const isFlagged = (t) => t.flagged;
-  const hasError = (t) => Boolean(t.error);
-  const hasUnlock = (t) => t.unlocked.length > 0;
 
   function toggleZoom(show) {
     zoom.hidden = show === undefined ? !zoom.hidden : !show;
@@ -354,7 +528,7 @@
   }
 
   function chartX(i) {
-    const span = Math.max(turns.length - 1, 1);
+    const span = Math.max(count - 1, 1);
     return CHART.left + (i / span) * (CHART.w - CHART.left - CHART.right);
   }
 
@@ -364,7 +538,7 @@
     const height = bottom - CHART.top;
     const vitalY = (v) => bottom - (Math.max(0, Math.min(9, Number(v) || 0)) / 9) * height;
     let total = 0;
-    const cumulative = turns.map((t) => (total += Number(t.reward) || 0));
+    const cumulative = Array.from(rewards, (reward) => (total += reward));
     const low = Math.min(0, ...cumulative);
     const high = Math.max(1, ...cumulative);
     const rewardY = (r) => bottom - ((r - low) / (high - low)) * height;
@@ -380,13 +554,17 @@
       chart.appendChild(text);
     }
     const caption = svg("text", { x: CHART.left, y: CHART.h - 3 });
-    caption.textContent = "turn 0 … " + (turns.length - 1) + " · vitals 0–9 (left), cumulative reward (right)";
+    caption.textContent = "turn 0 … " + (count - 1) + " · vitals 0–9 (left), cumulative reward (right)";
     chart.appendChild(caption);
     const line = (values, y, color, name) => {
       const points = values.map((v, i) => chartX(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
       chart.appendChild(svg("polyline", { points: points, fill: "none", stroke: color, "stroke-width": 1.4, "data-series": name }));
     };
-    for (const [name, color] of SERIES) line(turns.map((t) => (t.vitals || {})[name]), vitalY, color, name);
+    // One digit a turn per vital (selectors_review.episode_index).
+    for (const [name, color] of SERIES) {
+      const digits = (index.vitals || {})[name] || "";
+      line(Array.from({ length: count }, (_, i) => (digits.charCodeAt(i) || 48) - 48), vitalY, color, name);
+    }
     line(cumulative, rewardY, "#2f6f3e", "reward");
     chartCursor = svg("line", { y1: CHART.top - 4, y2: bottom, stroke: "#1d1d1f", "stroke-width": 1.2, "stroke-dasharray": "3 2", id: "chart-cursor" });
     chart.appendChild(chartCursor);
@@ -394,7 +572,7 @@
       const box = chart.getBoundingClientRect();
       const x = ((event.clientX - box.left) / box.width) * CHART.w;
       const span = CHART.w - CHART.left - CHART.right;
-      go(Math.round(((x - CHART.left) / span) * Math.max(turns.length - 1, 1)));
+      go(Math.round(((x - CHART.left) / span) * Math.max(count - 1, 1)));
     });
   }
 
@@ -424,8 +602,8 @@
     }
   }
 
-  function go(index) {
-    const next = Math.min(Math.max(index, 0), turns.length - 1);
+  function go(target) {
+    const next = Math.min(Math.max(target, 0), count - 1);
     if (next === cursor && mainImage.src) return;
     saveNoteIfChanged();
     cursor = next;
@@ -443,23 +621,26 @@
       say("You can look; flagging needs the review permission.", true);
       return;
     }
-    const turn = turns[cursor];
-    const wanted = !turn.flagged;
-    turn.flagged = wanted; // shown at once, confirmed or undone when the server answers
-    renderReview(turn);
-    say("saving…");
-    htmx
-      .ajax("POST", idUrl(config.flagUrl, turn.id), {
-        source: flagButton,
-        swap: "none",
-        values: { flagged: wanted ? "1" : "0" },
-      })
-      .catch(() => {});
+    withDetail((turn, p) => {
+      const wanted = flagged[p] !== 1;
+      // Shown at once, confirmed or undone when the server answers.
+      flagged[p] = wanted ? 1 : 0;
+      turn.flagged = wanted;
+      renderReview(p);
+      say("saving…");
+      htmx
+        .ajax("POST", idUrl(config.flagUrl, turn.id), {
+          source: flagButton,
+          swap: "none",
+          values: { flagged: wanted ? "1" : "0" },
+        })
+        .catch(() => {});
+    });
   }
 
   function saveNote() {
-    if (!config.canReview || !noteInput) return;
-    const turn = turns[cursor];
+    const turn = details.get(cursor);
+    if (!config.canReview || !noteInput || !turn) return;
     const text = noteInput.value;
     if (pendingNotes.get(turn.id) === text.trim()) return; // blur and submit both ask
     pendingNotes.set(turn.id, text.trim());
@@ -474,7 +655,8 @@
   }
 
   function saveNoteIfChanged() {
-    if (noteInput && noteInput.value.trim() !== (turns[cursor].note || "")) saveNote();
+    const turn = details.get(cursor);
+    if (noteInput && turn && noteInput.value.trim() !== (turn.note || "")) saveNote();
   }
 
   function toggleHelp(show) {
@@ -482,19 +664,21 @@
   }
 
   document.body.addEventListener("studio:turn-reviewed", (event) => {
-    const detail = event.detail || {};
-    const turn = byId.get(detail.id);
-    if (!turn) return;
-    turn.flagged = Boolean(detail.flagged);
-    if (pendingNotes.has(turn.id)) {
-      turn.note = pendingNotes.get(turn.id);
-      pendingNotes.delete(turn.id);
+    const stored = event.detail || {};
+    const p = positionById.get(stored.id);
+    if (p === undefined) return;
+    flagged[p] = stored.flagged ? 1 : 0;
+    const turn = details.get(p);
+    if (turn) {
+      turn.flagged = Boolean(stored.flagged);
+      if (pendingNotes.has(turn.id)) turn.note = pendingNotes.get(turn.id);
     }
-    if (turn === turns[cursor]) {
-      renderReview(turn);
-      say(turn.flagged ? "saved · flagged" : "saved");
+    pendingNotes.delete(stored.id);
+    if (p === cursor) {
+      renderReview(p);
+      say(stored.flagged ? "saved · flagged" : "saved");
     } else {
-      thumbs[turns.indexOf(turn)].classList.toggle("flagged", turn.flagged);
+      markThumb(p);
     }
   });
 
@@ -503,12 +687,16 @@
     const path = event.detail.requestConfig ? event.detail.requestConfig.path : "";
     const match = /\/turns\/(\d+)\/(flag|note)\//.exec(path || "");
     if (match) {
-      const turn = byId.get(Number(match[1]));
-      if (turn && match[2] === "flag") {
-        turn.flagged = !turn.flagged;
-        if (turn === turns[cursor]) renderReview(turn);
+      const id = Number(match[1]);
+      const p = positionById.get(id);
+      if (p !== undefined && match[2] === "flag") {
+        flagged[p] = flagged[p] === 1 ? 0 : 1;
+        const turn = details.get(p);
+        if (turn) turn.flagged = flagged[p] === 1;
+        if (p === cursor) renderReview(p);
+        else markThumb(p);
       }
-      if (turn) pendingNotes.delete(turn.id);
+      pendingNotes.delete(id);
     }
     say("not saved (" + xhr.status + (xhr.status === 403 ? ": no permission" : "") + ")", true);
   });
@@ -542,28 +730,28 @@
         go(0);
         break;
       case "End":
-        go(turns.length - 1);
+        go(count - 1);
         break;
       case "f":
         toggleFlag();
         break;
       case "]":
-        seek(1, isFlagged);
+        seek(1, flagged);
         break;
       case "[":
-        seek(-1, isFlagged);
+        seek(-1, flagged);
         break;
       case "e":
-        seek(1, hasError);
+        seek(1, errors);
         break;
       case "E":
-        seek(-1, hasError);
+        seek(-1, errors);
         break;
       case "a":
-        seek(1, hasUnlock);
+        seek(1, unlocks);
         break;
       case "A":
-        seek(-1, hasUnlock);
+        seek(-1, unlocks);
         break;
       case "z":
         toggleZoom();
@@ -612,8 +800,8 @@
   }
 
   document.querySelectorAll('[data-action="zoom"]').forEach((b) => b.addEventListener("click", () => toggleZoom(true)));
-  document.querySelectorAll('[data-action="next-flagged"]').forEach((b) => b.addEventListener("click", () => seek(1, isFlagged)));
-  document.querySelectorAll('[data-action="prev-flagged"]').forEach((b) => b.addEventListener("click", () => seek(-1, isFlagged)));
+  document.querySelectorAll('[data-action="next-flagged"]').forEach((b) => b.addEventListener("click", () => seek(1, flagged)));
+  document.querySelectorAll('[data-action="prev-flagged"]').forEach((b) => b.addEventListener("click", () => seek(-1, flagged)));
   mainImage.addEventListener("click", () => toggleZoom(true));
   zoom.addEventListener("click", () => toggleZoom(false));
   document.querySelectorAll(".achievement-link").forEach((link) =>
@@ -639,6 +827,6 @@
   }
 
   buildChart();
-  cursor = Math.min(Math.max(Number(config.turnIndex) || 0, 0), turns.length - 1);
+  cursor = Math.min(Math.max(Number(config.turnIndex) || 0, 0), count - 1);
   render();
 })();

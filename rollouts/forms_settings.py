@@ -1,0 +1,93 @@
+"""The page's face of RolloutSettings: a form field for each option, made from its declaration.
+
+The `rollout` command's flags come from the same declaration (`add_cli_arguments`), so the
+default, bounds, choices and out-of-bounds message of an option are the same on both faces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from rollouts.rollout_settings import (
+    Option,
+    default_of,
+    kind_of,
+    option_of,
+    parse_seeds,
+    seeds_spec,
+)
+
+
+def page_message(message: str) -> str:
+    """RolloutSettings words its problems for the command line; the page names no flags."""
+    message = message.replace("needs --model", "needs a model name")
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def page_value(name: str, value: Any) -> Any:
+    """A settings value as the page shows it: seeds as `0-3,7`, actions separated by spaces."""
+    if kind_of(name) == tuple[int, ...]:
+        return seeds_spec(value)
+    if kind_of(name) == tuple[str, ...]:
+        return " ".join(value)
+    return value
+
+
+def settings_value(name: str, value: Any) -> Any:
+    """What the page sent, as a settings value; raises SettingsError for bad seeds."""
+    if kind_of(name) == tuple[int, ...]:
+        return tuple(parse_seeds(value))
+    if kind_of(name) == tuple[str, ...]:
+        return tuple(str(value).split())
+    return value
+
+
+def _bounds_validator(spec: Option):
+    def within_bounds(value: float) -> None:
+        problem = spec.bounds_problem(value)
+        if problem:
+            raise ValidationError(page_message(problem), code="bounds")
+
+    return within_bounds
+
+
+def settings_form_field(name: str, **overrides: Any) -> forms.Field:
+    """The form field of one option: initial value (its default), bounds, choices, label and
+    help from RolloutSettings. `overrides`: Field arguments a page changes (initial, help)."""
+    spec = option_of(name)
+    kind = kind_of(name)
+    default = default_of(name)
+    kwargs: dict[str, Any] = {
+        "initial": None
+        if default is dataclasses.MISSING or spec.endpoint_default
+        else page_value(name, default),
+        # Fields of one policy are hidden and not sent for the others: the default applies.
+        "required": not (spec.page_optional or spec.policies),
+    }
+    if spec.label:
+        kwargs["label"] = spec.label
+    if spec.page_help:
+        kwargs["help_text"] = spec.page_help
+    kwargs.update(overrides)
+    field: forms.Field
+    if spec.choices:
+        labels = dict(spec.choice_labels)
+        field = forms.ChoiceField(choices=[(c, labels.get(c, c)) for c in spec.choices], **kwargs)
+    elif kind in (int, float):
+        field = (forms.IntegerField if kind is int else forms.FloatField)(**kwargs)
+        # The browser's hints; the check and its words are the declaration's.
+        if spec.minimum is not None and not spec.above_minimum:
+            field.widget.attrs["min"] = spec.minimum
+        if spec.maximum is not None:
+            field.widget.attrs["max"] = spec.maximum
+        if spec.minimum is not None:
+            field.validators.append(_bounds_validator(spec))
+    else:
+        field = forms.CharField(max_length=spec.max_length, **kwargs)
+    if spec.policies:
+        field.policies = spec.policies  # type: ignore[attr-defined]  # data-policies on the page
+    return field

@@ -1,0 +1,211 @@
+"""The claim service on real PostgreSQL: one winner per row, stale claims taken over, ended
+jobs left alone, and the requeue's choice of rows.
+
+The job here is a bulk flag (the smallest `ClaimedJob`); a training submission checks the
+job's own "working" status and a `where`. Expected values are worked out by hand from the
+rows as written, never read back from the service.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from datasets.models import Dataset, DatasetVersion
+from rollouts.models import TurnBulkFlag
+from studio import claims
+from training.models import TrainingJob
+
+STALE = timedelta(minutes=5)
+
+
+def _job(**fields) -> TurnBulkFlag:
+    return TurnBulkFlag.objects.create(filters={}, flagged=True, **fields)
+
+
+def _in_thread(work):
+    """Run `work` on a thread of its own, so on a database connection of its own."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # reported to the test, not lost with the thread
+            box["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, box
+
+
+def _waits_on_a_lock(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return bool(row) and row[0] == "Lock"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_a_row_to_one_of_two_racing_claimers():
+    job = _job()
+    first_claimed = threading.Event()
+    release = threading.Event()
+    second_pid: dict = {}
+
+    def first() -> str | None:
+        with transaction.atomic():
+            token = claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+            first_claimed.set()
+            # Hold the row locked, uncommitted, until the second claimer waits on it.
+            assert release.wait(60)
+        return token
+
+    def second() -> str | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            second_pid["pid"] = cursor.fetchone()[0]
+        assert first_claimed.wait(60)
+        return claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+
+    one, first_box = _in_thread(first)
+    assert first_claimed.wait(60)
+    two, second_box = _in_thread(second)
+    try:
+        # The second UPDATE is blocked on the first's row lock (polled, not timed).
+        for _ in range(6000):
+            if "pid" in second_pid and _waits_on_a_lock(second_pid["pid"]):
+                break
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("the second claimer never waited on the row")
+    finally:
+        release.set()
+        one.join(60)
+        two.join(60)
+    assert "error" not in first_box and "error" not in second_box
+    # The first committed "running" with a fresh heartbeat: re-checked after the wait, the
+    # second's condition no longer holds, so it updates nothing.
+    assert len(first_box["value"]) == 32 and second_box["value"] is None
+    job.refresh_from_db()
+    assert (job.status, job.claim_token) == ("running", first_box["value"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_a_row_to_exactly_one_of_many_simultaneous_claimers():
+    job = _job()
+    start = threading.Barrier(4)
+
+    def claim() -> str | None:
+        start.wait(60)
+        return claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+
+    runs = [_in_thread(claim) for _ in range(4)]
+    for thread, _ in runs:
+        thread.join(60)
+    tokens = [box["value"] for _, box in runs]
+    winners = [t for t in tokens if t is not None]
+    assert len(winners) == 1 and tokens.count(None) == 3
+    job.refresh_from_db()
+    assert job.claim_token == winners[0]
+
+
+@pytest.mark.django_db
+def test_it_takes_over_a_claim_whose_heartbeat_is_stale():
+    now = timezone.now()
+    silent = now - STALE - timedelta(seconds=1)  # 5 min 1 s without a word: presumed dead
+    job = _job(status="running", claim_token="dead", heartbeat_at=silent, started_at=silent)
+    token = claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+    assert token is not None and token != "dead"
+    job.refresh_from_db()
+    assert (job.status, job.claim_token) == ("running", token)
+    assert job.heartbeat_at > silent and job.started_at > silent
+    # The dead worker wakes up: every write through its old token is refused.
+    assert not claims.job_heartbeat(model=TurnBulkFlag, pk=job.id, token="dead", changed=9)
+    assert not claims.job_finish(model=TurnBulkFlag, pk=job.id, token="dead")
+    assert not claims.job_fail(model=TurnBulkFlag, pk=job.id, token="dead", error="x")
+    job.refresh_from_db()
+    assert (job.status, job.changed, job.error) == ("running", 0, "")
+
+
+@pytest.mark.django_db
+def test_it_leaves_a_claim_whose_heartbeat_is_fresh():
+    recent = timezone.now() - STALE + timedelta(minutes=1)  # silent 4 min: still alive
+    job = _job(status="running", claim_token="alive", heartbeat_at=recent)
+    assert claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE) is None
+    job.refresh_from_db()
+    assert (job.claim_token, job.heartbeat_at) == ("alive", recent)
+
+
+@pytest.mark.django_db
+def test_it_never_claims_an_ended_job_again():
+    long_ago = timezone.now() - timedelta(days=1)
+    finished = _job()
+    token = claims.job_claim(model=TurnBulkFlag, pk=finished.id, stale_after=STALE)
+    assert claims.job_finish(model=TurnBulkFlag, pk=finished.id, token=token, changed=3)
+    failed = _job()
+    token2 = claims.job_claim(model=TurnBulkFlag, pk=failed.id, stale_after=STALE)
+    assert claims.job_fail(model=TurnBulkFlag, pk=failed.id, token=token2, error="boom")
+    TurnBulkFlag.objects.update(heartbeat_at=long_ago)
+    for job in (finished, failed):
+        # Even with no stale window at all and a day-old heartbeat.
+        assert claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=timedelta(0)) is None
+    finished.refresh_from_db()
+    failed.refresh_from_db()
+    assert (finished.status, finished.changed, finished.claim_token) == ("done", 3, token)
+    assert (failed.status, failed.error, failed.claim_token) == ("failed", "boom", token2)
+    assert finished.finished_at is not None and failed.finished_at is not None
+    # Ending twice changes nothing: the row is no longer "running".
+    assert not claims.job_finish(model=TurnBulkFlag, pk=finished.id, token=token)
+    assert claims.jobs_to_resend(rows=TurnBulkFlag.objects.all(), stale_after=STALE) == []
+
+
+@pytest.mark.django_db
+def test_it_claims_with_the_jobs_own_working_status_and_condition():
+    dataset = Dataset.objects.create(name="d")
+    version = DatasetVersion.objects.create(dataset=dataset, number=1)
+    job = TrainingJob.objects.create(
+        dataset_version=version, base_url="http://127.0.0.1:9", model="m", idempotency_key="k"
+    )
+    uploading = TrainingJob.Status.UPLOADING
+    asked_cancel = Q(cancel_requested=True)  # not so for this job: nothing to claim
+    assert (
+        claims.job_claim(model=TrainingJob, pk=job.id, stale_after=STALE, where=asked_cancel)
+        is None
+    )
+    token = claims.job_claim(
+        model=TrainingJob, pk=job.id, stale_after=STALE, working=uploading, stamp_start=False
+    )
+    job.refresh_from_db()
+    assert (job.status, job.claim_token, job.started_at) == ("uploading", token, None)
+    # "running" is not this job's working status: a heartbeat there finds nothing.
+    assert not claims.job_heartbeat(model=TrainingJob, pk=job.id, token=token)
+    assert claims.job_heartbeat(
+        model=TrainingJob, pk=job.id, token=token, working=uploading, remote_job_id="r-1"
+    )
+    assert TrainingJob.objects.get(id=job.id).remote_job_id == "r-1"
+
+
+@pytest.mark.django_db
+def test_it_picks_what_the_requeue_sends_again(settings):
+    settings.STUDIO_REQUEUE_GRACE_SECONDS = 30
+    settings.STUDIO_REQUEUE_PENDING_SECONDS = 3600
+    now = timezone.now()
+    stale = _job(status="running", claim_token="a", heartbeat_at=now - timedelta(minutes=6))
+    _job(status="running", claim_token="b", heartbeat_at=now - timedelta(minutes=4))
+    never_sent = _job()
+    just_made = _job()
+    _job(enqueued_at=now - timedelta(minutes=59))  # sent, waiting for a worker: not yet lost
+    lost = _job(enqueued_at=now - timedelta(minutes=61))  # sent, never started: lost
+    _job(status="done", enqueued_at=now - timedelta(days=1))
+    # auto_now_add dates every row now: move creation back by hand.
+    TurnBulkFlag.objects.exclude(id=just_made.id).update(created_at=now - timedelta(minutes=1))
+    TurnBulkFlag.objects.filter(id=just_made.id).update(created_at=now - timedelta(seconds=5))
+    ids = claims.jobs_to_resend(rows=TurnBulkFlag.objects.all(), stale_after=STALE)
+    assert ids[0] == stale.id and sorted(ids[1:]) == sorted([never_sent.id, lost.id])
