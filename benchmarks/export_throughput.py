@@ -209,11 +209,12 @@ def _seed_batch(*, name: str, turns: int, recorded: bool, samples, serial) -> in
 
 
 def _export(batch_ids: tuple[int, ...], output: Path):
+    from datasets.export_options import ExportOptions
     from datasets.exporting import export_files
-    from datasets.filters import DatasetFilters, ExportOptions
+    from rollouts.turn_selection import TurnSelection
 
     return export_files(
-        filters=DatasetFilters(batches=batch_ids), options=ExportOptions(), output=output
+        filters=TurnSelection(batches=batch_ids), options=ExportOptions(), output=output
     )
 
 

@@ -1,32 +1,46 @@
 """The review pages at team scale: p50 / p95 server time per page at 100k turns and at N.
 
     python benchmarks/scale.py [--turns 10000000] [--small 100000] [--requests 20]
+                               [--reuse | --fresh] [--prepare-only]
 
-Uses a PostgreSQL database of its own (`studio_bench_scale`, or BENCH_DATABASE; dropped and
-re-created). Turns are seeded with SQL (`generate_series`, no Python per row): batches of
-1,000 episodes x 256 turns, three models, a frame per turn, ~0.1% flagged, ~0.5% failed,
-`collect_wood` unlocked at turn 17 of every episode, `place_table` in a third of them and
-`collect_diamond` in one turn in 100,003; plus one 10,000-turn episode (crafter's own
-default length) with VLM-sized turns for the episode viewer.
+Two PostgreSQL databases of its own, seeded once and kept between runs: `studio_scale_100k`
+(`--small`) and `studio_scale_10m` (`--turns`; other sizes get `studio_scale_<turns>`, or
+BENCH_DATABASE). A database that already holds its turn count (recorded in its `scale_seed`
+table when seeding finished) is reused and only migrated, so new indexes apply (the
+migration's time is printed); `--fresh` drops and re-seeds both. Writing SEEDED_10M at the
+checkout's root says the 10-million database is ready.
 
-The same pages are timed first at `--small` turns, then after growing the same database to
-`--turns`, in one run: each page's ratio shows how its cost grows with the table. Timing is
-in-process through Django's test client (the whole request: middleware, session, view,
-queries, template), `--requests` times per page after one warm-up; `bytes` is the page's
-size. The machine may be shared: compare ratios, not milliseconds.
+Turns are seeded with SQL (`generate_series`, no Python per row), in transactions of four
+batches, with the turn and frame tables' indexes and constraints dropped during the load and
+built after, then VACUUM ANALYZE: batches of 1,000 episodes x 256 turns, three models, a
+frame per turn, ~0.1% flagged, ~0.5% failed, `collect_wood` unlocked at turn 17 of every
+episode, `place_table` in a third of them and `collect_diamond` in one turn in 100,003; one
+10,000-turn episode (crafter's own default length) with VLM-sized turns for the episode
+viewer; and two finished batches of 1,000 episodes on seeds 0-999 (episodes only) for the
+comparison page.
+
+The same pages are timed against both databases in one run (each in a process of its own):
+each page's ratio shows how its cost grows with the table. Timing is in-process through
+Django's test client (the whole request: middleware, session, view, queries, template),
+`--requests` times per page after one warm-up; `cpu_p50_ms` is this process's CPU time per
+request (load-independent; the database's work is not in it); `bytes` is the page's size.
+`_uncached` rows empty the cache before each request (the comparison's and leaderboard's
+statistics are cached per set of episodes). The machine may be shared: compare ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, bench_database, setup_django
+from common import ROOT
 
 EPISODE_TURNS = 256
 EPISODES_PER_BATCH = 1_000
@@ -132,13 +146,25 @@ def _reset_sequences(cursor) -> None:
         )
 
 
-def seed_turns(count: int) -> float:
-    """Add `count` turns with SQL; returns the seconds it took (ANALYZE included)."""
+def _bulk_session(cursor) -> None:
+    """Session settings for loading: no wait for the WAL flush, room to sort index builds."""
+    cursor.execute("SET synchronous_commit = off")
+    cursor.execute("SET maintenance_work_mem = '1GB'")
+    cursor.execute("SET max_parallel_maintenance_workers = 2")
+
+
+def seed_turns(count: int, first_ids: tuple[int, int, int] | None = None) -> float:
+    """Add `count` turns with SQL, one transaction; returns the seconds it took.
+
+    `first_ids` (batch, episode, frame) when the caller knows them: while the tables have no
+    primary key index (a bulk load), max(id) would read the whole table. Sequences are then
+    the caller's to reset."""
     from django.db import connection, transaction
 
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
-        batch, episode, frame = _next_ids(cursor)
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        batch, episode, frame = first_ids or _next_ids(cursor)
         for statement in _turn_insert(
             first_batch=batch, first_episode=episode, first_frame=frame, count=count
         ):
@@ -147,10 +173,91 @@ def seed_turns(count: int) -> float:
                 cursor.execute(statement.replace(" % ", " %% "), {"observation": OBSERVATION})
             else:
                 cursor.execute(statement)
-        _reset_sequences(cursor)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        if first_ids is None:
+            _reset_sequences(cursor)
     return time.perf_counter() - started
+
+
+# The big tables: their indexes and constraints are dropped for the load and built after.
+_LOADED_TABLES = ("rollouts_frame", "rollouts_turn")
+
+
+def _drop_indexes(cursor) -> tuple[list[str], list[str]]:
+    """Drop the indexes and constraints of (and foreign keys into) the turn and frame tables;
+    returns the statements that re-create them: (indexes, constraints in order)."""
+    tables = ", ".join(f"'{t}'::regclass" for t in _LOADED_TABLES)
+    cursor.execute(
+        f"""SELECT conname, conrelid::regclass::text, pg_get_constraintdef(oid), contype
+        FROM pg_constraint
+        WHERE (conrelid IN ({tables}) OR confrelid IN ({tables})) AND contype IN ('p', 'u', 'f')
+        ORDER BY contype = 'f' DESC"""
+    )
+    constraints = cursor.fetchall()
+    for name, table, _definition, _kind in constraints:  # foreign keys first
+        cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+    cursor.execute(
+        f"""SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+        FROM pg_index i WHERE i.indrelid IN ({tables})"""
+    )
+    indexes = cursor.fetchall()
+    for name, _definition in indexes:
+        cursor.execute(f"DROP INDEX {name}")
+    rebuild_constraints = [
+        f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}'
+        for name, table, definition, kind in sorted(constraints, key=lambda c: c[3] == "f")
+    ]
+    return [definition for _name, definition in indexes], rebuild_constraints
+
+
+def bulk_seed(count: int, chunk: int = 4 * EPISODES_PER_BATCH * EPISODE_TURNS) -> dict:
+    """Seed `count` turns into an empty, migrated database: the long episode with the
+    indexes in place, then the rest in chunks of whole batches with the turn and frame
+    indexes dropped, then indexes and constraints rebuilt, VACUUM ANALYZE. Seconds per
+    phase."""
+    from django.db import connection
+
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    long_episode_id = seed_long_episode()
+    with connection.cursor() as cursor:
+        _bulk_session(cursor)
+        batch, episode, frame = _next_ids(cursor)
+        indexes, constraints = _drop_indexes(cursor)
+    remaining = count - LONG_EPISODE_TURNS
+    done = 0
+    load_started = time.perf_counter()
+    while done < remaining:
+        step = min(chunk, remaining - done)  # whole batches but for the last
+        seed_turns(step, (batch, episode, frame))
+        episodes = -(-step // EPISODE_TURNS)
+        batch += -(-episodes // EPISODES_PER_BATCH)
+        episode += episodes
+        frame += step
+        done += step
+        print(
+            f"scale: {done:,} / {remaining:,} turns loaded "
+            f"({time.perf_counter() - load_started:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    timings["load_seconds"] = round(time.perf_counter() - load_started, 1)
+    build_started = time.perf_counter()
+    with connection.cursor() as cursor:
+        _bulk_session(cursor)
+        for statement in indexes + constraints:
+            cursor.execute(statement)
+            print(f"scale: {statement[:90]} done", file=sys.stderr, flush=True)
+        _reset_sequences(cursor)
+    timings["index_seconds"] = round(time.perf_counter() - build_started, 1)
+    vacuum_started = time.perf_counter()
+    with connection.cursor() as cursor:
+        # What autovacuum would do on a table this old: visibility map (index-only scans),
+        # hint bits, statistics.
+        cursor.execute("VACUUM (ANALYZE)")
+    timings["vacuum_analyze_seconds"] = round(time.perf_counter() - vacuum_started, 1)
+    timings["seed_seconds"] = round(time.perf_counter() - started, 1)
+    timings["long_episode_id"] = long_episode_id
+    return timings
 
 
 def seed_long_episode() -> int:
@@ -203,20 +310,29 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
-def time_page(client, path: str, requests: int) -> dict[str, float]:
+def time_page(client, path: str, requests: int, *, uncached: bool = False) -> dict[str, float]:
+    """p50 / p95 / mean server time of `requests` GETs after a warm-up, and the process's CPU
+    time per request (p50: what the page costs here whatever the machine's load; the
+    database's work is in another process). `uncached`: the cache is emptied before each."""
+    from django.core.cache import cache
+
     response = client.get(path)  # warm-up, and the size
     if response.status_code != 200:
         raise RuntimeError(f"GET {path}: {response.status_code}")
     size = len(response.content)
-    times = []
+    times, cpu = [], []
     for _ in range(requests):
-        start = time.perf_counter()
+        if uncached:
+            cache.clear()
+        start, start_cpu = time.perf_counter(), time.process_time()
         client.get(path)
         times.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - start_cpu) * 1000)
     return {
         "p50_ms": round(_percentile(times, 0.5), 1),
         "p95_ms": round(_percentile(times, 0.95), 1),
         "mean_ms": round(statistics.fmean(times), 1),
+        "cpu_p50_ms": round(_percentile(cpu, 0.5), 1),
         "bytes": size,
     }
 
@@ -242,6 +358,11 @@ def pages(ids: dict[str, object]) -> dict[str, str]:
             "/datasets/counts/?name=x&flagged=exclude&format=studio&exclude_errors=on"
             "&require_achievements=place_table&history_frames=2"
         ),
+        "compare_2x1000_episodes": f"/compare/?batches={ids['compare']}",
+        # The statistics are cached per set of episodes: the first view after they change.
+        "compare_2x1000_episodes_uncached": f"/compare/?batches={ids['compare']}",
+        "leaderboard": "/leaderboard/",
+        "leaderboard_uncached": "/leaderboard/",
         "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
         "episode_viewer_10000_turns": f"/episodes/{ids['long_episode_id']}/",
         "episode_viewer_turn_detail": f"/episodes/{ids['long_episode_id']}/turns/5000/",
@@ -262,9 +383,221 @@ def measure(client, ids, requests: int, viewer_requests: int) -> dict[str, dict]
     out = {}
     for name, path in pages(ids).items():
         out[name] = time_page(
-            client, path, viewer_requests if name.startswith("episode_viewer") else requests
+            client,
+            path,
+            viewer_requests if name.startswith("episode_viewer") else requests,
+            uncached=name.endswith("_uncached"),
         )
     return out
+
+
+# --- databases kept between runs -----------------------------------------------------------
+
+SMALL_DATABASE = "studio_scale_100k"
+LARGE_DATABASE = "studio_scale_10m"
+MARKER_10M = ROOT / "SEEDED_10M"
+
+
+def _postgres_base() -> str:
+    return os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
+
+
+def _seeded_turns(database: str) -> int | None:
+    """The turn count recorded when seeding `database` finished; None: missing or unfinished."""
+    import psycopg
+
+    base = _postgres_base()
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone():
+            return None
+    with psycopg.connect(f"{base}/{database}", autocommit=True) as conn:
+        if not conn.execute("SELECT to_regclass('scale_seed')").fetchone()[0]:
+            return None
+        row = conn.execute("SELECT turns FROM scale_seed").fetchone()
+        return row[0] if row else None
+
+
+def _recreate(database: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{_postgres_base()}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{database}"')
+
+
+def _django(database: str) -> None:
+    """Point Django at `database` as it is (no drop, no migrate)."""
+    os.environ["DATABASE_URL"] = f"{_postgres_base()}/{database}"
+    os.environ.setdefault("SECRET_KEY", "benchmark-only")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    os.environ.pop("DEBUG", None)
+    import django
+
+    django.setup()
+
+
+def prepare(database: str, turns: int, fresh: bool) -> dict:
+    """Make `database` hold `turns` seeded turns, migrated to this checkout: kept from an
+    earlier run when it holds them (migrate only), else dropped and seeded."""
+    from_before = None if fresh else _seeded_turns(database)
+    reused = from_before == turns
+    if not reused:
+        _recreate(database)
+    _django(database)
+    from django.core.management import call_command
+    from django.db import connection
+
+    started = time.perf_counter()
+    call_command("migrate", verbosity=0)
+    migrate_seconds = time.perf_counter() - started
+    result: dict[str, object] = {
+        "database": database,
+        "turns": turns,
+        "reused": reused,
+        "migrate_seconds": round(migrate_seconds, 1),
+    }
+    if reused:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT seed_seconds, seeded_at FROM scale_seed")
+            seconds, seeded_at = cursor.fetchone()
+        result |= {"seed_seconds": seconds, "seeded_at": seeded_at.isoformat()}
+    else:
+        result |= bulk_seed(turns)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE TABLE scale_seed (turns bigint, seed_seconds float, "
+                "seeded_at timestamptz DEFAULT now())"
+            )
+            cursor.execute(
+                "INSERT INTO scale_seed (turns, seed_seconds) VALUES (%s, %s)",
+                [turns, result["seed_seconds"]],
+            )
+    ensure_compare_batches()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        result["database_bytes"] = cursor.fetchone()[0]
+    return result
+
+
+COMPARE_NAMES = ("scale compare base", "scale compare tuned")
+
+
+def ensure_compare_batches() -> list[int]:
+    """Two finished batches of 1,000 episodes on seeds 0-999 (episodes only: the comparison
+    reads no turn), the same in every database; added when missing. Achievements are drawn
+    per (batch, seed, achievement) from a hash, easier ones (every 4th) more often."""
+    from django.db import connection
+
+    from rollouts.crafter_env import ACHIEVEMENTS
+
+    ids = []
+    with connection.cursor() as cursor:
+        for skill, name in zip((25, 35), COMPARE_NAMES, strict=True):
+            cursor.execute("SELECT id FROM rollouts_rolloutbatch WHERE name = %s", [name])
+            row = cursor.fetchone()
+            if row:
+                ids.append(row[0])
+                continue
+            cursor.execute(
+                """INSERT INTO rollouts_rolloutbatch (name, policy, model, endpoint, seeds,
+                    step_limit, image_size, settings, status, episodes_total,
+                    episodes_finished, episodes_failed, model_calls, model_errors,
+                    model_retries, prompt_tokens, completion_tokens, created_at,
+                    crafter_version, numpy_version, opensimplex_version, error,
+                    prompt_version, system_prompt, endpoint_name)
+                VALUES (%s, 'openai', %s, 'http://127.0.0.1:9/v1', '[]', 256, 64, '{}',
+                    'finished', 1000, 1000, 0, 0, 0, 0, 0, 0, now() - interval '1 year',
+                    '1.8.3', '', '', '', 1, '', '') RETURNING id""",
+                [name, name.split()[-1]],
+            )
+            batch_id = cursor.fetchone()[0]
+            cursor.execute(
+                """INSERT INTO rollouts_episode (batch_id, seed, status, steps, total_reward,
+                    achievements, achievement_count, tool_calls, model_calls, model_errors,
+                    model_retries, bad_outputs, prompt_tokens, completion_tokens, error,
+                    attempts, claim_token, fork_prefix_turns, fork_with_correction, sample)
+                SELECT %(batch)s, s, 'finished', 256, u.n, u.a, u.n, 0, 0, 0, 0, 0, 0, 0, '',
+                    1, '', 0, false, 0
+                FROM generate_series(0, 999) AS s,
+                LATERAL (
+                    SELECT coalesce(jsonb_object_agg(name, 10 * i), '{}'::jsonb) AS a,
+                        count(*) AS n
+                    FROM unnest(%(names)s::text[]) WITH ORDINALITY AS x(name, i)
+                    WHERE ('x' || substr(md5(%(batch)s || ':' || s || ':' || name), 1, 4))
+                        ::bit(16)::int %% 100
+                        < CASE WHEN i %% 4 = 1 THEN %(skill)s ELSE %(skill)s * 2 / 5 END
+                ) AS u""",
+                {"batch": batch_id, "names": list(ACHIEVEMENTS), "skill": skill},
+            )
+            ids.append(batch_id)
+            cursor.execute("ANALYZE rollouts_episode")
+            cursor.execute("ANALYZE rollouts_rolloutbatch")
+    return ids
+
+
+def _ids() -> dict[str, object]:
+    """The rows the pages are about, found in a seeded database."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM rollouts_rolloutbatch WHERE name = 'scale long episode' ")
+        long_batch = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT min(id) FROM rollouts_rolloutbatch WHERE name LIKE 'scale %%' "
+            "AND name NOT LIKE 'scale compare%%' AND id <> %s",
+            [long_batch],
+        )
+        first = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT id FROM rollouts_rolloutbatch WHERE name = ANY(%s) ORDER BY id",
+            [list(COMPARE_NAMES)],
+        )
+        base, tuned = (row[0] for row in cursor.fetchall())
+        cursor.execute("SELECT min(id) FROM rollouts_episode WHERE batch_id = %s", [first])
+        episode = cursor.fetchone()[0]
+        cursor.execute("SELECT id FROM rollouts_episode WHERE batch_id = %s", [long_batch])
+        long_episode = cursor.fetchone()[0]
+        cursor.execute("SELECT turns FROM scale_seed")
+        turns = cursor.fetchone()[0]
+    return {
+        "batch_id": first,
+        "compare": f"{base},{tuned}",
+        "episode_id": episode,
+        "long_episode_id": long_episode,
+        "deep_cursor": deep_cursor(min(turns // 2, 50_000)),
+    }
+
+
+def measure_database(database: str, requests: int, viewer_requests: int) -> dict:
+    """Time every page against `database` (prepared), as the superuser `scale`."""
+    _django(database)
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    user = User.objects.filter(username="scale").first() or User.objects.create_superuser(
+        "scale", password="scale-pass-123"
+    )
+    client = Client()
+    client.force_login(user)
+    return measure(client, _ids(), requests, viewer_requests)
+
+
+def _child(*args: str) -> dict:
+    """Run this script's `args` in a process of its own (one Django set-up per database);
+    its last stdout line is its JSON result."""
+    completed = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *args],
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def _load() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
 
 
 def main() -> None:
@@ -273,39 +606,62 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=20, help="per page, after a warm-up")
     parser.add_argument("--viewer-requests", type=int, default=5)
+    keep = parser.add_mutually_exclusive_group()
+    keep.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep a database that already holds its turn count, migrate it (the default)",
+    )
+    keep.add_argument("--fresh", action="store_true", help="drop and re-seed both databases")
+    parser.add_argument("--prepare-only", action="store_true", help="seed / migrate, time nothing")
+    parser.add_argument("--only-database", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("prepare", "measure"), help=argparse.SUPPRESS)
+    parser.add_argument("--database", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "prepare":
+        count = args.turns
+        print(json.dumps(prepare(args.database, count, args.fresh), default=str))
+        return
+    if args.child == "measure":
+        print(json.dumps(measure_database(args.database, args.requests, args.viewer_requests)))
+        return
     if args.turns <= args.small:
         sys.exit("scale: --turns must be more than --small")
+    large_name = os.environ.get("BENCH_DATABASE") or (
+        LARGE_DATABASE if args.turns == 10_000_000 else f"studio_scale_{args.turns}"
+    )
+    small_name = SMALL_DATABASE if args.small == 100_000 else f"studio_scale_{args.small}"
+    sizes = [(large_name, args.turns), (small_name, args.small)]
+    if args.only_database:
+        sizes = [size for size in sizes if size[0] == args.only_database]
+    prepared = {}
+    for name, count in sizes:
+        flags = ["--fresh"] if args.fresh else []
+        prepared[name] = _child(
+            "--child", "prepare", "--database", name, "--turns", str(count), *flags
+        )
+        if name == LARGE_DATABASE:
+            MARKER_10M.write_text(json.dumps(prepared[name], default=str) + "\n")
+        print(f"scale: {json.dumps(prepared[name], default=str)}", file=sys.stderr, flush=True)
+    if args.prepare_only:
+        print(json.dumps({"benchmark": "scale", "prepared": prepared}))
+        return
 
-    import os
-
-    os.environ.pop("DEBUG", None)
-    database = bench_database("studio_bench_scale")
-    setup_django(database)
-    from django.contrib.auth.models import User
-    from django.test import Client
-
-    from rollouts.models import Episode
-
-    started = time.perf_counter()
-    long_episode_id = seed_long_episode()
-    small_seconds = seed_turns(args.small - LONG_EPISODE_TURNS)
-    batch = Episode.objects.exclude(id=long_episode_id).order_by("id").first().batch_id
-    ids = {
-        "batch_id": batch,
-        "episode_id": Episode.objects.filter(batch_id=batch).order_by("id").first().id,
-        "long_episode_id": long_episode_id,
-        "deep_cursor": deep_cursor(args.small // 2),
-    }
-    user = User.objects.create_superuser("scale", password="scale-pass-123")
-    client = Client()
-    client.force_login(user)
-    small = measure(client, ids, args.requests, args.viewer_requests)
-    seed_seconds = time.perf_counter() - started
-
-    grow_seconds = seed_turns(args.turns - args.small)
-    large = measure(client, ids, args.requests, args.viewer_requests)
-
+    timed, load = {}, {}
+    for name, _count in sizes:
+        load[name] = {"before": _load()}
+        timed[name] = _child(
+            "--child",
+            "measure",
+            "--database",
+            name,
+            "--requests",
+            str(args.requests),
+            "--viewer-requests",
+            str(args.viewer_requests),
+        )
+        load[name]["after"] = _load()
+    small, large = timed[small_name], timed[large_name]
     with_ratio = {
         name: {
             f"at_{args.small}": small[name],
@@ -314,28 +670,21 @@ def main() -> None:
         }
         for name in small
     }
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_database_size(current_database())")
-        size = cursor.fetchone()[0]
     print(
         json.dumps(
             {
                 "benchmark": "scale",
-                "database": database,
                 "turns_small": args.small,
                 "turns_large": args.turns,
-                "seed_seconds_small": round(seed_seconds, 1),
-                "seed_seconds_small_sql": round(small_seconds, 1),
-                "seed_seconds_growth": round(grow_seconds, 1),
-                "database_bytes": size,
+                "databases": prepared,
+                "load_average": load,
                 "requests_per_page": args.requests,
                 "target_p95_ms": 300,
                 "pages": with_ratio,
                 "over_300ms_p95_at_large": sorted(n for n, r in large.items() if r["p95_ms"] > 300),
                 "note": "in-process Django test client on a shared 2-core machine",
-            }
+            },
+            default=str,
         )
     )
 

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from datasets.filters import (
+from datasets.export_options import FORMATS, KINDS, ExportOptions, check_combination
+from datasets.models import Dataset
+from rollouts.turn_selection import (
     FLAGGED_CHOICES,
-    FORMATS,
-    KINDS,
     RELABELED_CHOICES,
-    DatasetFilters,
-    ExportOptions,
     FilterError,
-    check_combination,
+    TurnSelection,
     check_references,
 )
-from datasets.models import Dataset
 from studio.commands import usage_error
 
 FILTER_FLAGS = (
@@ -105,7 +102,7 @@ def add_filter_arguments(parser, *, with_format: bool = True) -> None:
         )
 
 
-def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, ExportOptions]:
+def filters_from_options(options: dict[str, Any]) -> tuple[TurnSelection, ExportOptions]:
     """The filter and export options a command line asks for; usage errors exit 2."""
     try:
         if options["dataset"] is not None:
@@ -119,10 +116,10 @@ def filters_from_options(options: dict[str, Any]) -> tuple[DatasetFilters, Expor
             dataset = Dataset.objects.filter(id=options["dataset"]).first()
             if dataset is None:
                 raise usage_error(f"dataset: there is no dataset {options['dataset']}")
-            filters = DatasetFilters.from_json(dataset.filters)
+            filters = TurnSelection.from_json(dataset.filters)
             saved = ExportOptions.from_json(dataset.export_options)
         else:
-            filters = DatasetFilters(
+            filters = TurnSelection(
                 batches=tuple(options["batch"] or ()),
                 models=tuple(options["model"] or ()),
                 require_achievements=tuple(options["require_achievement"] or ()),

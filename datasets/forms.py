@@ -1,4 +1,4 @@
-"""The dataset form: builds the same DatasetFilters / ExportOptions the command builds."""
+"""The dataset form: builds the same TurnSelection / ExportOptions the command builds."""
 
 from __future__ import annotations
 
@@ -6,19 +6,18 @@ from typing import Any
 
 from django import forms
 
-from datasets.filters import (
-    FORMATS,
-    MAX_HISTORY_FRAMES,
-    DatasetFilters,
-    ExportOptions,
-    FilterError,
-    check_combination,
-    check_references,
-)
+from datasets.export_options import FORMATS, MAX_HISTORY_FRAMES, ExportOptions, check_combination
 from datasets.models import Dataset
 from datasets.selectors import dataset_save_problems
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch
+from rollouts.turn_selection import (
+    FLAGGED_CHOICES,
+    FLAGGED_LABELS,
+    FilterError,
+    TurnSelection,
+    check_references,
+)
 
 _ACHIEVEMENT_CHOICES = [(a, a) for a in ACHIEVEMENTS]
 _LABEL_FIELDS = ("name", "description")
@@ -83,7 +82,7 @@ class DatasetForm(forms.Form):
         "have one (only some imported rows do), so this usually selects nothing.",
     )
     flagged = forms.ChoiceField(
-        choices=[("any", "any"), ("only", "flagged only"), ("exclude", "not flagged")],
+        choices=[(c, FLAGGED_LABELS[c]) for c in FLAGGED_CHOICES],
         initial="any",
         help_text="Turns flagged in review.",
     )
@@ -166,7 +165,7 @@ class DatasetForm(forms.Form):
         ]
         models = sorted(set(RolloutBatch.objects.exclude(model="").values_list("model", flat=True)))
         self.fields["models"].choices = [(m, m) for m in models]
-        self._filters: DatasetFilters | None = None
+        self._filters: TurnSelection | None = None
         self._options: ExportOptions | None = None
 
     @classmethod
@@ -174,7 +173,7 @@ class DatasetForm(forms.Form):
         initial = {
             "name": dataset.name,
             "description": dataset.description,
-            **DatasetFilters.from_json(dataset.filters).to_json(),
+            **TurnSelection.from_json(dataset.filters).to_json(),
             **ExportOptions.from_json(dataset.export_options).to_json(),
         }
         return cls(data=data, initial=initial)
@@ -185,7 +184,7 @@ class DatasetForm(forms.Form):
         if any(name not in _LABEL_FIELDS for name in self.errors):
             return data
         try:
-            self._filters = DatasetFilters(
+            self._filters = TurnSelection(
                 batches=tuple(data.get("batches") or ()),
                 models=tuple(data.get("models") or ()),
                 policies=tuple(data.get("policies") or ()),
@@ -226,7 +225,7 @@ class DatasetForm(forms.Form):
         return self._filters is not None and self._options is not None
 
     @property
-    def filters(self) -> DatasetFilters:
+    def filters(self) -> TurnSelection:
         assert self._filters is not None, "call is_valid() first"
         return self._filters
 

@@ -11,7 +11,7 @@ from studio.models import ClaimedJob
 
 
 class Dataset(models.Model):
-    """A saved filter over turns (datasets.filters.DatasetFilters) plus export options."""
+    """A saved filter over turns (rollouts.turn_selection.TurnSelection) plus export options."""
 
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
@@ -34,10 +34,11 @@ class Dataset(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from datasets.filters import DatasetFilters, ExportOptions, FilterError
+        from datasets.export_options import ExportOptions
+        from rollouts.turn_selection import FilterError, TurnSelection
 
         try:
-            DatasetFilters.from_json(self.filters)
+            TurnSelection.from_json(self.filters)
             ExportOptions.from_json(self.export_options)
         except FilterError as exc:
             raise ValidationError(str(exc)) from exc

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datasets.export_options import ExportOptions
 from datasets.exporting.files import ExportResult, OutputFiles
 from datasets.exporting.turn_rows import EpisodeContexts, JsonLists, turn_rows
-from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.jsonl import (
     EpisodeContext,
     FrameRef,
@@ -46,6 +46,7 @@ from datasets.jsonl import (
 )
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Turn
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,9 @@ def divergence_turn(a: list[tuple[str, list[str]]], b: list[tuple[str, list[str]
     return None
 
 
-def find_pairs(filters: DatasetFilters) -> Iterator[Pair]:
+def find_pairs(filters: TurnSelection) -> Iterator[Pair]:
     """Every pair the filter's episodes give, in a stable order (seed, then episodes)."""
-    selected = turn_queryset(filters)
+    selected = turns_selected(filters)
     episodes = (
         Episode.objects.filter(id__in=selected.values("episode_id"))
         .order_by("seed", "batch__image_size", "batch__step_limit", "batch_id", "sample", "id")
@@ -136,15 +137,15 @@ def find_pairs(filters: DatasetFilters) -> Iterator[Pair]:
             yield Pair(seed, size, limit, turn, chosen, rejected)
 
 
-def count_pairs(filters: DatasetFilters, *, max_episodes: int) -> int | None:
+def count_pairs(filters: TurnSelection, *, max_episodes: int) -> int | None:
     """Pairs the filter gives, for the live counts; None past `max_episodes` (too slow)."""
-    episodes = turn_queryset(filters).values("episode_id").distinct().count()
+    episodes = turns_selected(filters).values("episode_id").distinct().count()
     if episodes > max_episodes:
         return None
     return sum(1 for _ in find_pairs(filters))
 
 
-def preference_preview(filters: DatasetFilters, *, limit: int = 5) -> list[dict[str, Any]]:
+def preference_preview(filters: TurnSelection, *, limit: int = 5) -> list[dict[str, Any]]:
     """The first pairs for the dataset page: the shared frame and both answers."""
     out = []
     for pair in itertools.islice(find_pairs(filters), limit):
@@ -193,7 +194,7 @@ class PreferenceRows:
         return context
 
     def _sft_row(self, episode_id: int, turn: int) -> tuple[dict[str, Any], int]:
-        row = turn_rows(DatasetFilters()).filter(episode_id=episode_id, index=turn).first()
+        row = turn_rows(TurnSelection()).filter(episode_id=episode_id, index=turn).first()
         if row is None:
             raise LookupError(f"episode {episode_id} has no turn {turn}")
         context = self._context(row.episode_id, batch_id=row.batch_id, seed=row.seed)
@@ -267,7 +268,7 @@ def pair_split(*, seed: int, val_fraction: float) -> str:
 
 def export_preference_files(
     *,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     output: Path,
     val_output: Path | None = None,

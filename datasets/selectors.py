@@ -9,15 +9,16 @@ from django.db.models import Count, IntegerField, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Length
 
+from datasets.export_options import ExportOptions
 from datasets.exporting import preview_rows
-from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
-from datasets.groups import group_table, grouping_on
+from datasets.groups import group_table
 from datasets.jsonl import episode_split
 from datasets.models import Dataset, DatasetImport, DatasetVersion
 from datasets.preferences import count_pairs, preference_preview
 from datasets.validation import CHARS_PER_TOKEN, MIN_ROWS
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tools import SYSTEM_PROMPT
+from rollouts.turn_selection import TurnSelection, grouping_on, turns_selected
 from studio.pagination import count_bounded, planner_estimate, round_estimate
 
 # Image parts of a recorded request; a rebuilt row shows its frame plus up to K history frames.
@@ -44,7 +45,7 @@ def dataset_versions(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
 ESTIMATE_SAMPLE_TURNS = 2_000
 
 
-def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[str, Any]:
+def dataset_counts(*, filters: TurnSelection, options: ExportOptions) -> dict[str, Any]:
     """Turns, episodes and images the export would write (images exact on PostgreSQL).
 
     Exact while at most STUDIO_EXACT_COUNT_UP_TO turns match. Past that, counting exactly
@@ -54,7 +55,7 @@ def dataset_counts(*, filters: DatasetFilters, options: ExportOptions) -> dict[s
     and bytes per turn come from the first ESTIMATE_SAMPLE_TURNS matching turns in export
     order; the validation split is its expected share.
     """
-    queryset = turn_queryset(filters)
+    queryset = turns_selected(filters)
     turns = count_bounded(queryset)
     pairs: dict[str, Any] = {}
     if options.kind == "preference":
@@ -138,11 +139,11 @@ def _split_counts(queryset: QuerySet[Turn], val_fraction: float) -> dict[str, in
     return {"train_turns": train, "val_turns": val, "val_episodes": val_episodes}
 
 
-def dataset_save_problems(*, filters: DatasetFilters, options: ExportOptions) -> list[str]:
+def dataset_save_problems(*, filters: TurnSelection, options: ExportOptions) -> list[str]:
     """Why a dataset with these settings could never be exported (checked when saved)."""
     if options.format != "openai":
         return []
-    rows = _split_counts(turn_queryset(filters), options.val_fraction)["train_turns"]
+    rows = _split_counts(turns_selected(filters), options.val_fraction)["train_turns"]
     if rows < MIN_ROWS:
         return [
             f"The OpenAI format needs at least {MIN_ROWS} rows in the training file; "
@@ -151,13 +152,13 @@ def dataset_save_problems(*, filters: DatasetFilters, options: ExportOptions) ->
     return []
 
 
-def dataset_groups(*, filters: DatasetFilters, limit: int = 12) -> dict[str, Any] | None:
+def dataset_groups(*, filters: TurnSelection, limit: int = 12) -> dict[str, Any] | None:
     """With a best-of-N filter: what each seed's group keeps (None without one)."""
     return group_table(filters, limit=limit) if grouping_on(filters) else None
 
 
 def dataset_pair_preview(
-    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
+    *, filters: TurnSelection, options: ExportOptions, limit: int = 5
 ) -> list[dict[str, Any]] | None:
     """For a preference dataset, its first pairs (None for one row per turn)."""
     if options.kind != "preference":
@@ -166,7 +167,7 @@ def dataset_pair_preview(
 
 
 def dataset_preview(
-    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5
+    *, filters: TurnSelection, options: ExportOptions, limit: int = 5
 ) -> list[dict[str, Any]]:
     rows = preview_rows(filters=filters, options=options, limit=limit)
     # Which sample of its seed each row comes from, so best-of-N filters can be checked by eye.

@@ -17,6 +17,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
 
+from datasets.export_options import ExportOptions
 from datasets.exporting import (
     ExportEmpty,
     ExportRefused,
@@ -24,11 +25,11 @@ from datasets.exporting import (
     export_count,
     export_files,
 )
-from datasets.filters import DatasetFilters, ExportOptions, turn_queryset
 from datasets.hf_export import HFResult, write_hf_dataset, zip_directory
 from datasets.models import Dataset, DatasetVersion
 from datasets.preferences import export_preference_files
 from rollouts.models import RolloutBatch
+from rollouts.turn_selection import TurnSelection, turns_selected
 from studio import claims, queue
 from studio.errors import plain_error
 
@@ -42,7 +43,7 @@ MAX_ERROR_LINES = 200
 
 def rows_export(
     *,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     output: Path,
     val_output: Path | None = None,
@@ -55,10 +56,10 @@ def rows_export(
     )
 
 
-def hf_card(*, filters: DatasetFilters, options: ExportOptions, title: str = "") -> dict:
+def hf_card(*, filters: TurnSelection, options: ExportOptions, title: str = "") -> dict:
     """What the dataset card says about where the data came from."""
     batch_ids = sorted(
-        set(turn_queryset(filters).values_list("episode__batch_id", flat=True).distinct())
+        set(turns_selected(filters).values_list("episode__batch_id", flat=True).distinct())
     )
     batches = RolloutBatch.objects.filter(id__in=batch_ids).order_by("id")
     return {
@@ -76,7 +77,7 @@ def hf_card(*, filters: DatasetFilters, options: ExportOptions, title: str = "")
 
 def hf_export(
     *,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     output: Path,
     tool_calls_as_text: bool = False,
@@ -110,7 +111,7 @@ def hf_export(
 def dataset_create(
     *,
     name: str,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     description: str = "",
     created_by=None,
@@ -128,7 +129,7 @@ def dataset_update(
     *,
     dataset: Dataset,
     name: str,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     description: str = "",
 ) -> Dataset:
@@ -152,7 +153,7 @@ def dataset_version_create(
         version = DatasetVersion.objects.create(
             dataset=locked,
             number=last + 1,
-            filters=DatasetFilters.from_json(locked.filters).to_json(),
+            filters=TurnSelection.from_json(locked.filters).to_json(),
             export_options=ExportOptions.from_json(locked.export_options).to_json(),
             created_by=created_by,
             # Without enqueue the caller exports it; the periodic requeue leaves it alone.
@@ -196,7 +197,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
     version = DatasetVersion.objects.get(id=version_id)
     mine = {"model": DatasetVersion, "pk": version_id, "token": token}
     try:
-        filters = DatasetFilters.from_json(version.filters)
+        filters = TurnSelection.from_json(version.filters)
         options = ExportOptions.from_json(version.export_options)
         total = export_count(filters)
         claims.job_heartbeat(**mine, total_rows=total)
@@ -265,7 +266,7 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
 def _version_hf(
     *,
     version: DatasetVersion,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     sources: dict[str, Path],
 ) -> dict:

@@ -16,11 +16,12 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from datasets import selectors, services, services_import
-from datasets.filters import DatasetFilters, ExportOptions, FilterError
+from datasets.export_options import ExportOptions
 from datasets.forms import DatasetForm, ImportForm
 from datasets.jsonl import RowError
 from datasets.models import Dataset, DatasetImport, DatasetVersion
 from datasets.uploads import SizeLimitedUpload
+from rollouts.turn_selection import FilterError, TurnSelection
 from studio.queue import QUEUE_UNREACHABLE
 
 EDIT_PERMISSION = "rollouts.review_turn"
@@ -77,7 +78,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
             return redirect("datasets:dataset_detail", dataset_id=dataset.id)
     else:
         form = DatasetForm.for_dataset(dataset)
-    filters = DatasetFilters.from_json(dataset.filters)
+    filters = TurnSelection.from_json(dataset.filters)
     options = ExportOptions.from_json(dataset.export_options)
     preview, preview_error = [], ""
     pairs = selectors.dataset_pair_preview(filters=filters, options=options, limit=PREVIEW_ROWS)

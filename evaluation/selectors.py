@@ -6,15 +6,19 @@ are fetched once as plain values and the statistics run in `rollouts.evaluation`
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from datasets.filters import DatasetFilters, turn_queryset
+from django.core.cache import cache as django_cache
+from django.db.models import Count, Max
+
 from datasets.models import DatasetVersion
 from rollouts.evaluation import (
     EpisodeOutcome,
@@ -27,6 +31,7 @@ from rollouts.evaluation import (
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
 from rollouts.selectors_baselines import batches_covering_seeds
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 MAX_COMPARED_BATCHES = 8
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
@@ -38,6 +43,37 @@ REFERENCE_LABELS = {
     "rainbow": "Rainbow",
     "random": "Random",
 }
+
+
+# Statistics of batches are kept this long in the cache, keyed by what they are computed from
+# (see `_cached_statistics`): a leaderboard of 40,000 episodes takes a second to bootstrap.
+STATISTICS_CACHE_SECONDS = 600
+
+
+def _episodes_signature(batch_ids: Sequence[int]) -> list[tuple[int, str, int, int]]:
+    """What the batches' statistics depend on, read in one query: per batch and status, how
+    many episodes and the newest id. An episode added, removed or finishing changes it; a
+    finished episode's outcome is not edited in place."""
+    return list(
+        Episode.objects.filter(batch_id__in=batch_ids)
+        .order_by()
+        .values_list("batch_id", "status")
+        .annotate(n=Count("id"), last=Max("id"))
+        .order_by("batch_id", "status")
+    )
+
+
+def _cached_statistics(kind: str, inputs: Any, batch_ids: Sequence[int], compute: Callable):
+    """`compute()`, or its earlier result for the same `inputs` and the same episodes."""
+    key_data = json.dumps(
+        [kind, inputs, _episodes_signature(batch_ids)], sort_keys=True, default=str
+    )
+    key = f"evaluation:{kind}:{hashlib.sha256(key_data.encode()).hexdigest()}"
+    value = django_cache.get(key)
+    if value is None:
+        value = compute()
+        django_cache.set(key, value, STATISTICS_CACHE_SECONDS)
+    return value
 
 
 class ComparisonError(ValueError):
@@ -118,8 +154,9 @@ def outcomes_by_batch(*, batch_ids: Sequence[int]) -> dict[int, list[EpisodeOutc
 def batches_compare(*, batch_ids: Sequence[int]) -> BatchComparison:
     """The batches on the seeds all of them played; differences against the first.
 
-    Two queries whatever the batch sizes. Episodes that failed on a shared seed stay in the
-    counts (`Summary.failed`) and in `PairedComparison.unpaired_seeds`.
+    Three queries whatever the batch sizes (two when cached). Episodes that failed on a
+    shared seed stay in the counts (`Summary.failed`) and in
+    `PairedComparison.unpaired_seeds`.
     """
     if len(batch_ids) < 2:
         raise ComparisonError("compare at least two batches")
@@ -130,6 +167,22 @@ def batches_compare(*, batch_ids: Sequence[int]) -> BatchComparison:
     if missing:
         raise ComparisonError(f"there is no batch {', '.join(missing)}")
     batches = [found[i] for i in batch_ids]
+    comparison = _cached_statistics(
+        "compare", list(batch_ids), batch_ids, lambda: _compare(batches)
+    )
+    # The batch rows as they are now (a name may have changed since it was cached).
+    return dataclasses.replace(
+        comparison,
+        columns=[dataclasses.replace(c, batch=found[c.batch.id]) for c in comparison.columns],
+        differences=[
+            dataclasses.replace(d, batch=found[d.batch.id], against=found[d.against.id])
+            for d in comparison.differences
+        ],
+    )
+
+
+def _compare(batches: list[RolloutBatch]) -> BatchComparison:
+    batch_ids = [b.id for b in batches]
     outcomes = _outcomes_by_batch(batch_ids)
     seed_sets = [{o.seed for o in outcomes[b.id]} for b in batches]
     shared = set.intersection(*seed_sets)
@@ -256,7 +309,8 @@ def _configuration(batch: dict[str, Any]) -> tuple[Any, ...]:
 def leaderboard_rows() -> list[LeaderboardRow]:
     """Every configuration with finished batches, pooled over them, and the paper's agents.
 
-    Two queries: finished batches, then their episodes.
+    Three queries: finished batches, their episodes' signature, then (unless the cache has
+    these batches' rows for that signature) their episodes.
     """
     batches = list(
         RolloutBatch.objects.filter(status=RolloutBatch.Status.FINISHED)
@@ -264,6 +318,11 @@ def leaderboard_rows() -> list[LeaderboardRow]:
         .order_by("id")
         .values("id", "policy", "model", "image_size", "step_limit", "settings")
     )
+    ids = [b["id"] for b in batches]
+    return _cached_statistics("leaderboard", batches, ids, lambda: _leaderboard(batches))
+
+
+def _leaderboard(batches: list[dict[str, Any]]) -> list[LeaderboardRow]:
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for batch in batches:
         groups[_configuration(batch)].append(batch["id"])
@@ -321,8 +380,8 @@ def dataset_version_seed_pairs(*, version: DatasetVersion) -> set[tuple[int, int
     The filters are run again, now: episodes recorded after the export that match them are
     included too, which can only make the held-out seeds more conservative, never less.
     """
-    filters = DatasetFilters.from_json(version.filters)
-    episode_ids = turn_queryset(filters).values("episode_id")
+    filters = TurnSelection.from_json(version.filters)
+    episode_ids = turns_selected(filters).values("episode_id")
     return set(Episode.objects.filter(id__in=episode_ids).values_list("batch_id", "seed"))
 
 

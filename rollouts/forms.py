@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django import forms
@@ -16,8 +17,15 @@ from rollouts.rollout_settings import (
     SettingsError,
     options,
 )
-from rollouts.selectors_review import TurnFilters
 from rollouts.services_review import NOTE_MAX_LENGTH
+from rollouts.turn_selection import (
+    ERROR_CHOICES,
+    EVERY_TURN,
+    FLAGGED_CHOICES,
+    FLAGGED_LABELS,
+    REWARD_CHOICES,
+    TurnSelection,
+)
 from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
 from studio.models import Endpoint
 
@@ -115,15 +123,21 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         return data
 
 
-FLAGGED_CHOICES = [("any", "any"), ("only", "flagged"), ("exclude", "not flagged")]
-ERROR_CHOICES = [("any", "any"), ("yes", "with error"), ("no", "without error")]
+_ERROR_LABELS = {"any": "any", "yes": "with error", "no": "without error"}
+_REWARD_LABELS = {"any": "any", "positive": "> 0", "zero": "= 0", "negative": "< 0"}
 
 
 class TurnFilterForm(forms.Form):
+    """The turn list's filters: a TurnSelection narrowed from every turn (`EVERY_TURN`)."""
+
     batch = forms.IntegerField(required=False, min_value=1)
     model = forms.CharField(required=False, max_length=200)
-    flagged = forms.ChoiceField(choices=FLAGGED_CHOICES, required=False)
-    has_error = forms.ChoiceField(choices=ERROR_CHOICES, required=False, label="Error")
+    flagged = forms.ChoiceField(
+        choices=[(c, FLAGGED_LABELS[c]) for c in FLAGGED_CHOICES], required=False
+    )
+    has_error = forms.ChoiceField(
+        choices=[(c, _ERROR_LABELS[c]) for c in ERROR_CHOICES], required=False, label="Error"
+    )
     achievement = forms.ChoiceField(
         choices=[("", "any")] + [(a, a) for a in ACHIEVEMENTS],
         required=False,
@@ -134,8 +148,7 @@ class TurnFilterForm(forms.Form):
     )
     seed = forms.IntegerField(required=False, min_value=0)
     reward = forms.ChoiceField(
-        choices=[("any", "any"), ("positive", "> 0"), ("zero", "= 0"), ("negative", "< 0")],
-        required=False,
+        choices=[(c, _REWARD_LABELS[c]) for c in REWARD_CHOICES], required=False
     )
     q = forms.CharField(
         required=False,
@@ -144,20 +157,39 @@ class TurnFilterForm(forms.Form):
         help_text="Model text, notes and observation text.",
     )
 
-    def filters(self) -> TurnFilters:
+    def filters(self) -> TurnSelection:
         """The validated filters; call after is_valid()."""
         data = self.cleaned_data
-        return TurnFilters(
-            batch_id=data.get("batch"),
-            model=data.get("model") or "",
+        batch, model, policy = data.get("batch"), data.get("model"), data.get("policy")
+        seed, achievement = data.get("seed"), data.get("achievement")
+        return dataclasses.replace(
+            EVERY_TURN,
+            batches=(batch,) if batch is not None else (),
+            models=(model,) if model else (),
+            policies=(policy,) if policy else (),
+            seeds=(seed,) if seed is not None else (),
+            turn_unlocked=(achievement,) if achievement else (),
             flagged=data.get("flagged") or "any",
             has_error=data.get("has_error") or "any",
-            achievement=data.get("achievement") or "",
-            policy=data.get("policy") or "",
-            seed=data.get("seed"),
             reward=data.get("reward") or "any",
             search=(data.get("q") or "").strip(),
         )
+
+    @staticmethod
+    def query_for(selection: TurnSelection) -> dict[str, Any]:
+        """The form's fields for a selection it made (a bulk flag's link back to the list)."""
+        values: dict[str, Any] = {
+            "batch": selection.batches[0] if selection.batches else None,
+            "model": selection.models[0] if selection.models else "",
+            "flagged": selection.flagged,
+            "has_error": selection.has_error,
+            "achievement": selection.turn_unlocked[0] if selection.turn_unlocked else "",
+            "policy": selection.policies[0] if selection.policies else "",
+            "seed": selection.seeds[0] if selection.seeds else None,
+            "reward": selection.reward,
+            "q": selection.search,
+        }
+        return {k: v for k, v in values.items() if v not in (None, "", "any")}
 
 
 class FlagForm(forms.Form):

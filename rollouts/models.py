@@ -235,7 +235,8 @@ class Turn(models.Model):
         ]
         # The turn list's order (newest episode first, turns in play order) and its filters
         # that keep few rows: a page of 50 is read straight off the index at any table size.
-        # PostgreSQL also has GIN indexes on the achievement JSON (migration 0008).
+        # PostgreSQL also has, in the same order, one partial index per unlocked achievement
+        # and for reward > 0 / < 0, and trigram GIN indexes for the search (migration 0013).
         indexes = [
             models.Index(fields=["-episode", "index"], name="turn_list_order_idx"),
             models.Index(
@@ -247,6 +248,19 @@ class Turn(models.Model):
                 fields=["-episode", "index"],
                 name="turn_list_error_idx",
                 condition=~models.Q(error=""),
+            ),
+            # The batch page: its episodes' error counts (error or error_kind set: this index
+            # or-ed with turn_list_error_idx) and mean latency are read from these (a few MB
+            # for a batch of 256,000 turns) instead of every turn row.
+            models.Index(
+                fields=["episode"],
+                name="turn_episode_error_kind_idx",
+                condition=~models.Q(error_kind=""),
+            ),
+            models.Index(
+                fields=["episode", "latency_ms"],
+                name="turn_episode_latency_idx",
+                condition=models.Q(latency_ms__gt=0),
             ),
             # The episode viewer's index of a 10,000-turn episode, read off the index alone
             # (a VLM turn's row is kilobytes wide) with its few unlocking turns beside it.
@@ -274,7 +288,7 @@ class TurnBulkFlag(ClaimedJob):
     the truth about how far the job got (`changed`, `last_turn_id`).
     """
 
-    filters = models.JSONField(default=dict)  # the turn list's filters (TurnFilters)
+    filters = models.JSONField(default=dict)  # the turn list's TurnSelection, as JSON
     flagged = models.BooleanField()
     # Turns to change when the job was asked for; PostgreSQL's estimate past a bound.
     total = models.PositiveBigIntegerField(default=0)

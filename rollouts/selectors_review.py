@@ -7,12 +7,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Avg, Count, OuterRef, QuerySet, Subquery
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 
-from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
 from studio.pagination import BoundedCount, KeysetPage, count_bounded, keyset_page
 
@@ -355,68 +353,6 @@ def request_image_steps(messages: Any) -> list[int]:
     return steps
 
 
-@dataclass(frozen=True)
-class TurnFilters:
-    batch_id: int | None = None
-    model: str = ""
-    flagged: str = "any"  # any | only | exclude
-    has_error: str = "any"  # any | yes | no
-    achievement: str = ""
-    policy: str = ""
-    seed: int | None = None
-    reward: str = "any"  # any | positive | zero | negative
-    search: str = ""  # model text, note and observation text, case-insensitive
-
-    def is_empty(self) -> bool:
-        return self == TurnFilters()
-
-
-def turns_filtered(*, filters: TurnFilters) -> QuerySet[Turn]:
-    """Every turn matching the filters: the turn list and its bulk actions use this one query."""
-    turns = Turn.objects.all()
-    if filters.batch_id is not None:
-        turns = turns.filter(episode__batch_id=filters.batch_id)
-    if filters.model:
-        turns = turns.filter(episode__batch__model=filters.model)
-    if filters.flagged == "only":
-        turns = turns.filter(flagged=True)
-    elif filters.flagged == "exclude":
-        turns = turns.filter(flagged=False)
-    if filters.has_error == "yes":
-        turns = turns.exclude(error="")
-    elif filters.has_error == "no":
-        turns = turns.filter(error="")
-    if filters.policy:
-        turns = turns.filter(episode__batch__policy=filters.policy)
-    if filters.seed is not None:
-        turns = turns.filter(episode__seed=filters.seed)
-    if filters.reward == "positive":
-        turns = turns.filter(reward__gt=0)
-    elif filters.reward == "zero":
-        turns = turns.filter(reward=0)
-    elif filters.reward == "negative":
-        turns = turns.filter(reward__lt=0)
-    if filters.search:
-        turns = turns.filter(
-            Q(model_text__icontains=filters.search)
-            | Q(note__icontains=filters.search)
-            | Q(observation_text__icontains=filters.search)
-        )
-    if filters.achievement:
-        if filters.achievement not in ACHIEVEMENTS:
-            # An unknown name must not silently match nothing: forms reject it before here.
-            raise ValueError(f"unknown achievement {filters.achievement!r}")
-        turns = turns.filter(_unlocked_lookup(filters.achievement))
-    return turns
-
-
-def _unlocked_lookup(name: str) -> Q:
-    if connection.features.supports_json_field_contains:
-        return Q(achievements_unlocked__contains=[name])
-    # SQLite (the demo) has no JSON containment; the quoted name matches one list element.
-    return Q(achievements_unlocked__icontains=f'"{name}"')
-
-
 # Sort keys of the turn list's columns -> the ordering they stand for; newest first by default.
 # Each ends in a unique key (episode, index: turn_unique_episode_index) so that keyset pages
 # (cursors) are exact; the default is served by the index turn_list_order_idx.
@@ -510,15 +446,7 @@ def turn_bulk_flag_list_query(*, job: TurnBulkFlag) -> str:
     """The turn list's address query for the job's filters (its form's field names)."""
     from urllib.parse import urlencode
 
-    # TurnFilters field -> TurnFilterForm field (rollouts.forms); the same name but two.
-    names = {name: name for name in ("model", "flagged", "has_error", "achievement")}
-    names |= {"batch_id": "batch", "search": "q", "policy": "policy", "seed": "seed"}
-    names |= {"reward": "reward"}
-    defaults = TurnFilters()
-    return urlencode(
-        {
-            names[key]: value
-            for key, value in job.filters.items()
-            if key in names and value not in (None, "") and value != getattr(defaults, key)
-        }
-    )
+    from rollouts.forms import TurnFilterForm
+    from rollouts.turn_selection import TurnSelection
+
+    return urlencode(TurnFilterForm.query_for(TurnSelection.from_json(job.filters)))

@@ -9,7 +9,6 @@ in the task): a filter can match millions of turns.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from datetime import timedelta
 from typing import Literal
@@ -22,7 +21,8 @@ from django.utils import timezone
 
 from rollouts.crafter_env import ACTION_INDEX
 from rollouts.models import Turn, TurnBulkFlag, TurnRelabel
-from rollouts.selectors_review import TurnFilters, turns_count, turns_filtered
+from rollouts.selectors_review import turns_count
+from rollouts.turn_selection import TurnSelection, turns_selected
 from studio import claims, queue
 
 logger = logging.getLogger(__name__)
@@ -56,14 +56,14 @@ BULK_FLAG_STALE_AFTER = timedelta(minutes=5)
 
 
 def turn_bulk_flag_start(
-    *, filters: TurnFilters, flagged: bool, user: AbstractBaseUser
+    *, filters: TurnSelection, flagged: bool, user: AbstractBaseUser
 ) -> TurnBulkFlag:
     """A pending job for every turn `filters` matches; run by a Celery task once committed."""
-    to_change = turns_filtered(filters=filters).exclude(flagged=flagged)
+    to_change = turns_selected(filters).exclude(flagged=flagged)
     total = turns_count(turns=to_change)
     with transaction.atomic():
         job = TurnBulkFlag.objects.create(
-            filters=dataclasses.asdict(filters),
+            filters=filters.to_json(),
             flagged=flagged,
             total=total.value,
             total_estimated=total.estimated,
@@ -88,9 +88,8 @@ def turn_bulk_flags_requeue() -> int:
     return queue.resend(TurnBulkFlag, task, ids)
 
 
-def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnFilters:
-    known = {f.name for f in dataclasses.fields(TurnFilters)}
-    return TurnFilters(**{k: v for k, v in job.filters.items() if k in known})
+def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnSelection:
+    return TurnSelection.from_json(job.filters)
 
 
 def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
@@ -108,7 +107,7 @@ def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
         return "busy"
     job = TurnBulkFlag.objects.get(id=job_id)
     try:
-        turns = turns_filtered(filters=turn_bulk_flag_filters(job=job)).exclude(flagged=job.flagged)
+        turns = turns_selected(turn_bulk_flag_filters(job=job)).exclude(flagged=job.flagged)
         last = job.last_turn_id
         chunk = max(1, settings.STUDIO_BULK_FLAG_CHUNK)
         while True:

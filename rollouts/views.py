@@ -38,6 +38,7 @@ from rollouts.frame_store import FrameStore, frame_name
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.scoring import crafter_score, score_text
 from rollouts.selectors_baselines import batch_evaluation
+from rollouts.turn_selection import EVERY_TURN, turns_selected
 from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -235,21 +236,22 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET or None)
     filters = form.filters() if form.is_valid() else None
     if not form.is_bound:
-        filters = selectors_review.TurnFilters()
+        filters = EVERY_TURN
     sort = request.GET.get("sort", "")
     if sort not in selectors_review.TURN_SORTS:
         sort = ""
     page = count = None
     if filters is not None:
-        turns = selectors_review.turns_filtered(filters=filters)
         page = selectors_review.turn_list_page(
-            turns=turns,
+            turns=turns_selected(filters, for_pages=True),
             sort=sort,
             after=request.GET.get("after"),
             before=request.GET.get("before"),
             size=TURNS_PER_PAGE,
         )
-        count = selectors_review.turns_count(turns=turns)
+        # The semi-join's shape: the planner's estimate of it ("about") counts the turns,
+        # where for an array of episode ids it assumes a short one.
+        count = selectors_review.turns_count(turns=turns_selected(filters))
     return render(
         request,
         "rollouts/turn_list.html",
@@ -279,7 +281,7 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
         return HttpResponseBadRequest("invalid filters")
     filters = form.filters()
     flagged = flag_form.cleaned_data["set_flagged"]
-    turns = selectors_review.turns_filtered(filters=filters)
+    turns = turns_selected(filters)
     filter_query = _query_without(
         data, "page", "after", "before", "set_flagged", "csrfmiddlewaretoken", "sort"
     )

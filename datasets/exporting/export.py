@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from datasets.export_options import ExportOptions, check_combination
 from datasets.exporting.files import ExportResult, OutputFiles
 from datasets.exporting.provider_checks import (
     ImageInfos,
@@ -20,21 +21,21 @@ from datasets.exporting.provider_checks import (
     provider_checks,
 )
 from datasets.exporting.turn_rows import EpisodeContexts, JsonLists, TurnRow, turn_record, turn_rows
-from datasets.filters import DatasetFilters, ExportOptions, check_combination, turn_queryset
 from datasets.jsonl import BuiltRow, EpisodeContext, RowBuilder, episode_split
 from datasets.validation import CHARS_PER_TOKEN
 from rollouts.frame_store import FrameStore
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 CHUNK_ROWS = 2000
 
 
-def export_count(filters: DatasetFilters) -> int:
-    return turn_queryset(filters).count()
+def export_count(filters: TurnSelection) -> int:
+    return turns_selected(filters).count()
 
 
 def export_files(
     *,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     options: ExportOptions,
     output: Path,
     val_output: Path | None = None,
@@ -116,7 +117,7 @@ class _Episodes:
         }
 
 
-def row_kept(filters: DatasetFilters, built: BuiltRow) -> bool:
+def row_kept(filters: TurnSelection, built: BuiltRow) -> bool:
     """The image filters, exactly. SQL selected these rows already; the row is the exact test."""
     if filters.user_image and not built.user_has_image:
         return False
@@ -128,7 +129,7 @@ def _write_rows(
     *,
     builder: RowBuilder,
     episodes: _Episodes,
-    filters: DatasetFilters,
+    filters: TurnSelection,
     files: OutputFiles,
     checks: TokenEstimate | OpenAILimits,
     progress: Callable[[int], None] | None,

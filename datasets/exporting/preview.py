@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from datasets.export_options import ExportOptions
 from datasets.exporting.export import row_kept
 from datasets.exporting.turn_rows import EpisodeContexts, JsonLists, turn_record, turn_rows
-from datasets.filters import DatasetFilters, ExportOptions
 from datasets.jsonl import EpisodeContext, RowBuilder
 from rollouts.frame_store import FrameStore
+from rollouts.turn_selection import TurnSelection
 
 
 def preview_rows(
-    *, filters: DatasetFilters, options: ExportOptions, limit: int = 5, store=None
+    *, filters: TurnSelection, options: ExportOptions, limit: int = 5, store=None
 ) -> list[dict[str, Any]]:
     """The first rows as the export builds them, image data swapped for frame hashes.
 

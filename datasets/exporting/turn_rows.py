@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 from django.db.models import F, QuerySet, TextField
 from django.db.models.functions import Cast
 
-from datasets.filters import DatasetFilters, turn_queryset
 from datasets.jsonl import EpisodeContext, FrameRef, RunningCount, TurnRecord
 from rollouts.models import Frame, RolloutBatch, Turn
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 _SMALL_JSON = 256
 
@@ -58,10 +58,10 @@ _COLUMNS: dict[str, Any] = {
 }
 
 
-def turn_rows(filters: DatasetFilters) -> QuerySet:
+def turn_rows(filters: TurnSelection) -> QuerySet:
     """The turns the filter selects in export order, as `TurnRow`s."""
     return (
-        turn_queryset(filters)
+        turns_selected(filters)
         .annotate(**_COLUMNS)
         .order_by("episode_id", "index")
         .values_list(*TurnRow._fields, named=True)

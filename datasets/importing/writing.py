@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.importing.checking import (
     Plan,
     actions_of,
@@ -21,6 +21,7 @@ from datasets.jsonl import DEFAULT_TOOLS
 from datasets.models import Dataset
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.turn_selection import TurnSelection
 
 # Rows per bulk insert.
 WRITE_CHUNK = 500
@@ -213,7 +214,7 @@ def _write(
         dataset = Dataset.objects.create(
             name=name[:200],
             description=f"Imported from {source_name}",
-            filters=DatasetFilters(batches=(batch.id,)).to_json(),
+            filters=TurnSelection(batches=(batch.id,)).to_json(),
             export_options=ExportOptions().to_json(),
             created_by=created_by,
         )

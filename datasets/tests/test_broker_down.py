@@ -11,11 +11,12 @@ from django.utils import timezone
 
 from conftest import queue_drained
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import Dataset, DatasetImport, DatasetVersion
 from datasets.tasks import dataset_version_export, datasets_requeue_waiting
 from datasets.tests.conftest import record
 from datasets.tests.test_import_hostile import good_row
+from rollouts.turn_selection import TurnSelection
 
 
 def _wait(model, row_id: int, timeout: float = 60):
@@ -31,7 +32,7 @@ def _wait(model, row_id: int, timeout: float = 60):
 def _dataset() -> Dataset:
     batch = record(seeds=(1, 2), steps=8)
     return services.dataset_create(
-        name="d", filters=DatasetFilters(batches=(batch.id,)), options=ExportOptions()
+        name="d", filters=TurnSelection(batches=(batch.id,)), options=ExportOptions()
     )
 
 

@@ -242,12 +242,13 @@ def test_it_filters_by_episode_achievements_flags_and_reward(scripted_batch, tmp
 
 
 def test_it_exports_a_saved_dataset_with_its_filters(scripted_batch, tmp_path):
-    from datasets.filters import DatasetFilters, ExportOptions
+    from datasets.export_options import ExportOptions
     from datasets.services import dataset_create
+    from rollouts.turn_selection import TurnSelection
 
     dataset = dataset_create(
         name="wood",
-        filters=DatasetFilters(require_achievements=("collect_sapling",)),
+        filters=TurnSelection(require_achievements=("collect_sapling",)),
         options=ExportOptions(history_frames=1),
     )
     out = tmp_path / "rows.jsonl"

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from datasets.export_options import ExportOptions
 from datasets.exporting import export_files, preview_rows
-from datasets.filters import DatasetFilters, ExportOptions
 from datasets.preferences import export_preference_files
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnRelabel
 from rollouts.tools import tool_call
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
@@ -178,14 +179,14 @@ def _summary(result) -> dict:
 
 
 EXPORTS = {
-    "studio_history1": (DatasetFilters(), ExportOptions(history_frames=1)),
-    "studio_split": (DatasetFilters(), ExportOptions(val_fraction=0.5)),
-    "openai": (DatasetFilters(), ExportOptions(format="openai")),
+    "studio_history1": (TurnSelection(), ExportOptions(history_frames=1)),
+    "studio_split": (TurnSelection(), ExportOptions(val_fraction=0.5)),
+    "openai": (TurnSelection(), ExportOptions(format="openai")),
     "synth_text_fallback": (
-        DatasetFilters(include_text_fallback=True),
+        TurnSelection(include_text_fallback=True),
         ExportOptions(format="synth", history_frames=2),
     ),
-    "recorded_only": (DatasetFilters(batches=(9002,)), ExportOptions()),
+    "recorded_only": (TurnSelection(batches=(9002,)), ExportOptions()),
 }
 
 
@@ -204,7 +205,7 @@ def test_rows_are_the_golden_bytes(episodes, tmp_path, name):
 def test_preference_rows_are_the_golden_bytes(episodes, tmp_path, row_format):
     out = tmp_path / "pairs.jsonl"
     result = export_preference_files(
-        filters=DatasetFilters(batches=(9001,)),
+        filters=TurnSelection(batches=(9001,)),
         options=ExportOptions(kind="preference", format=row_format),
         output=out,
     )
@@ -214,6 +215,6 @@ def test_preference_rows_are_the_golden_bytes(episodes, tmp_path, row_format):
 
 def test_the_preview_is_the_golden_rows(episodes):
     rows = preview_rows(
-        filters=DatasetFilters(user_image=True), options=ExportOptions(history_frames=1), limit=4
+        filters=TurnSelection(user_image=True), options=ExportOptions(history_frames=1), limit=4
     )
     _check("preview.json", json.dumps(rows, indent=1, ensure_ascii=False) + "\n")

@@ -10,13 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.jsonl import episode_split
 from datasets.tests.conftest import record, run
 from datasets.tests.hf_reader import read_hf, val_fraction_between
 from rollouts.crafter_env import decode_png
 from rollouts.frame_store import FrameStore
 from rollouts.models import Turn
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +47,7 @@ def test_it_loads_offline_with_images_equal_to_the_stored_frames(tmp_path):
     fraction = val_fraction_between(batch.id, (1, 2, 3, 4, 5, 6))
     output = tmp_path / "hf"
     result = services.hf_export(
-        filters=DatasetFilters(batches=(batch.id,)),
+        filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(history_frames=1, val_fraction=fraction),
         output=output,
         shard_bytes=4000,  # several shards per split: they must load as one

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from datasets.filters import DatasetFilters, FilterError, turn_queryset
 from datasets.tests.conftest import read_rows, record, run
 from rollouts import services, services_fork, services_play, services_review
 from rollouts.models import Turn
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests import openai_server as replies
+from rollouts.turn_selection import FilterError, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -117,12 +117,12 @@ def test_a_forks_replayed_turns_are_left_out_unless_asked_for(tmp_path):
     assert result.code == 0
     assert [r["metadata"]["turn"] for r in read_rows(whole)] == list(range(20))
     # Ordinary episodes are whole either way.
-    assert turn_queryset(DatasetFilters(batches=(original.batch_id,))).count() == 20
+    assert turns_selected(TurnSelection(batches=(original.batch_id,))).count() == 20
 
 
 def test_an_unknown_relabeled_choice_is_an_error():
     with pytest.raises(FilterError, match="relabeled"):
-        DatasetFilters(relabeled="maybe")
+        TurnSelection(relabeled="maybe")
 
 
 def test_the_dataset_page_counts_relabeled_turns_and_forks_own_turns(

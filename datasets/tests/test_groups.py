@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from datasets.filters import DatasetFilters, ExportOptions, FilterError, turn_queryset
+from datasets.export_options import ExportOptions
 from datasets.groups import group_table
 from datasets.selectors import dataset_counts
 from datasets.tests.conftest import record, run
 from rollouts.models import Episode
+from rollouts.turn_selection import FilterError, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +30,13 @@ def groups():
     return batch
 
 
-def kept(filters: DatasetFilters) -> set[tuple[int, int]]:
-    ids = turn_queryset(filters).values_list("episode_id", flat=True).distinct()
+def kept(filters: TurnSelection) -> set[tuple[int, int]]:
+    ids = turns_selected(filters).values_list("episode_id", flat=True).distinct()
     return set(Episode.objects.filter(id__in=ids).values_list("seed", "sample"))
 
 
 def test_top_n_per_seed_ranks_by_achievements_then_reward_ties_by_sample(groups):
-    top = lambda n: kept(DatasetFilters(batches=(groups.id,), top_per_seed=n))  # noqa: E731
+    top = lambda n: kept(TurnSelection(batches=(groups.id,), top_per_seed=n))  # noqa: E731
     # seed 5: samples 1 and 3 tie on (3, 2.8): the earlier sample ranks first
     assert top(1) == {(5, 1), (6, 0)}
     assert top(2) == {(5, 1), (5, 3), (6, 0), (6, 1)}
@@ -45,20 +46,20 @@ def test_top_n_per_seed_ranks_by_achievements_then_reward_ties_by_sample(groups)
 
 def test_at_or_above_the_mean_keeps_reward_ties_with_the_mean(groups):
     # seed 5: mean reward 2.4, so samples 1 and 3; seed 6: all equal the mean
-    mean = DatasetFilters(batches=(groups.id,), at_or_above_mean=True)
+    mean = TurnSelection(batches=(groups.id,), at_or_above_mean=True)
     assert kept(mean) == {(5, 1), (5, 3), (6, 0), (6, 1), (6, 2), (6, 3)}
-    both = DatasetFilters(batches=(groups.id,), at_or_above_mean=True, top_per_seed=1)
+    both = TurnSelection(batches=(groups.id,), at_or_above_mean=True, top_per_seed=1)
     assert kept(both) == {(5, 1), (6, 0)}
 
 
 def test_other_filters_apply_after_the_ranking(groups):
     # min reward 2.0 removes nothing that the ranking keeps first; sample 2 never moves up
-    filters = DatasetFilters(batches=(groups.id,), top_per_seed=1, min_reward=2.0)
+    filters = TurnSelection(batches=(groups.id,), top_per_seed=1, min_reward=2.0)
     assert kept(filters) == {(5, 1)}
 
 
 def test_live_counts_and_the_group_table_show_what_each_group_keeps(groups):
-    filters = DatasetFilters(batches=(groups.id,), top_per_seed=2)
+    filters = TurnSelection(batches=(groups.id,), top_per_seed=2)
     counts = dataset_counts(filters=filters, options=ExportOptions())
     assert counts["episodes"] == 4 and counts["turns"] == 16
     table = group_table(filters)
@@ -84,7 +85,7 @@ def test_the_command_takes_the_group_flags(groups, tmp_path):
 
 def test_it_refuses_a_bad_top_n():
     with pytest.raises(FilterError, match="top-per-seed"):
-        DatasetFilters(top_per_seed=0)
+        TurnSelection(top_per_seed=0)
 
 
 def test_the_live_counts_page_shows_each_groups_kept_samples(groups, editor_client):

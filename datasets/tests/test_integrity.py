@@ -8,11 +8,12 @@ import pytest
 from django.urls import reverse
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import DatasetVersion
 from datasets.tests.conftest import read_rows, record, run
 from rollouts.models import Turn
 from rollouts.tests import openai_server as replies
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
@@ -110,7 +111,7 @@ def test_it_fails_an_empty_version_with_the_reason_unless_allowed(celery_worker)
     batch = record(seeds=(1,), steps=3)
     dataset = services.dataset_create(
         name="nothing",
-        filters=DatasetFilters(batches=(batch.id,), min_reward=1000.0),
+        filters=TurnSelection(batches=(batch.id,), min_reward=1000.0),
         options=ExportOptions(),
     )
     version = _wait(services.dataset_version_create(dataset=dataset))
@@ -146,7 +147,7 @@ def test_it_warns_on_the_page_when_a_versions_validation_split_is_empty(
 ):
     dataset = services.dataset_create(
         name="tiny val",
-        filters=DatasetFilters(batches=(scripted_batch.id,)),
+        filters=TurnSelection(batches=(scripted_batch.id,)),
         options=ExportOptions(val_fraction=0.000000001),
     )
     version = services.dataset_version_create(dataset=dataset, enqueue=False)

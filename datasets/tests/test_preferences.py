@@ -8,12 +8,13 @@ import json
 import pytest
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.preferences import divergence_turn, find_pairs
 from datasets.tests.conftest import read_rows, record, run
 from datasets.tests.hf_reader import read_hf
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +57,7 @@ def test_a_fork_and_its_original_give_one_pair_at_the_fork_turn(original_and_for
         for e in (better, worse)
     }
     assert shas[better.id][:5] == shas[worse.id][:5]
-    filters = DatasetFilters(batches=(original.id, fork.id))
+    filters = TurnSelection(batches=(original.id, fork.id))
     (pair,) = list(find_pairs(filters))
     assert pair.turn == 4
     assert (pair.chosen.episode_id, pair.rejected.episode_id) == (better.id, worse.id)
@@ -105,7 +106,7 @@ def test_the_worse_original_is_rejected(original_and_fork):
     original, fork = original_and_fork
     worse = outcome(original, achievements=2, reward=1.0)
     better = outcome(fork, achievements=2, reward=1.5)  # same achievements: reward decides
-    (pair,) = list(find_pairs(DatasetFilters(batches=(original.id, fork.id))))
+    (pair,) = list(find_pairs(TurnSelection(batches=(original.id, fork.id))))
     assert (pair.chosen.episode_id, pair.rejected.episode_id) == (better.id, worse.id)
 
 
@@ -113,11 +114,11 @@ def test_ties_and_identical_episodes_give_no_pair(original_and_fork):
     original, fork = original_and_fork
     outcome(original, achievements=2, reward=1.5)
     outcome(fork, achievements=2, reward=1.5)
-    assert list(find_pairs(DatasetFilters(batches=(original.id, fork.id)))) == []
+    assert list(find_pairs(TurnSelection(batches=(original.id, fork.id)))) == []
     same = record(seeds=(11,), steps=8, actions=ORIGINAL)
     outcome(same, achievements=0, reward=0.0)
     # identical plays never diverge, whatever their recorded outcome
-    assert list(find_pairs(DatasetFilters(batches=(original.id, same.id)))) == []
+    assert list(find_pairs(TurnSelection(batches=(original.id, same.id)))) == []
 
 
 def test_a_filtered_out_divergence_turn_makes_no_pair(original_and_fork):
@@ -125,7 +126,7 @@ def test_a_filtered_out_divergence_turn_makes_no_pair(original_and_fork):
     outcome(original, achievements=3, reward=2.9)
     outcome(fork, achievements=1, reward=0.9)
     fork.episodes.get().turns.filter(index=4).update(flagged=True)
-    filters = DatasetFilters(batches=(original.id, fork.id), flagged="exclude")
+    filters = TurnSelection(batches=(original.id, fork.id), flagged="exclude")
     assert list(find_pairs(filters)) == []
 
 
@@ -135,14 +136,14 @@ def test_samples_of_a_seed_give_pairs_and_hf_preference_columns(tmp_path):
         Episode.objects.filter(batch=batch, sample=sample).update(
             achievement_count=count, total_reward=reward
         )
-    pairs = list(find_pairs(DatasetFilters(batches=(batch.id,))))
+    pairs = list(find_pairs(TurnSelection(batches=(batch.id,))))
     ranks = {0: 1, 1: 2, 2: 0}
     assert len(pairs) == 3
     for pair in pairs:
         assert ranks[pair.chosen.sample] > ranks[pair.rejected.sample]
     output = tmp_path / "hf"
     result = services.hf_export(
-        filters=DatasetFilters(batches=(batch.id,)),
+        filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(kind="preference"),
         output=output,
     )
@@ -179,7 +180,7 @@ def test_the_dataset_page_previews_the_pairs_with_escaped_text(original_and_fork
     better.turns.filter(index=4).update(model_text="<script>alert(1)</script>")
     dataset = services.dataset_create(
         name="pairs",
-        filters=DatasetFilters(batches=(original.id, fork.id)),
+        filters=TurnSelection(batches=(original.id, fork.id)),
         options=ExportOptions(kind="preference"),
     )
     html = viewer_client.get(reverse("datasets:dataset_detail", args=[dataset.id])).content
@@ -200,7 +201,7 @@ def test_a_preference_version_exports_pairs_and_its_trl_download(original_and_fo
     outcome(fork, achievements=1, reward=0.9)
     dataset = services.dataset_create(
         name="pairs",
-        filters=DatasetFilters(batches=(original.id, fork.id)),
+        filters=TurnSelection(batches=(original.id, fork.id)),
         options=ExportOptions(kind="preference"),
     )
     version = services.dataset_version_create(dataset=dataset, enqueue=False)
@@ -221,7 +222,7 @@ def test_training_refuses_a_preference_version(original_and_fork, tmp_path):
     outcome(fork, achievements=1, reward=0.9)
     dataset = services.dataset_create(
         name="pairs",
-        filters=DatasetFilters(batches=(original.id, fork.id)),
+        filters=TurnSelection(batches=(original.id, fork.id)),
         options=ExportOptions(kind="preference"),
     )
     version = services.dataset_version_create(dataset=dataset, enqueue=False)
@@ -238,10 +239,11 @@ def test_training_refuses_a_preference_version(original_and_fork, tmp_path):
 
 
 def test_preference_rows_are_not_written_for_synth():
-    from datasets.filters import FilterError, check_combination
+    from datasets.export_options import check_combination
+    from rollouts.turn_selection import FilterError
 
     with pytest.raises(FilterError, match="not synth"):
-        check_combination(DatasetFilters(), ExportOptions(kind="preference", format="synth"))
+        check_combination(TurnSelection(), ExportOptions(kind="preference", format="synth"))
 
 
 def test_a_real_fork_and_its_original_give_one_pair_at_the_fork_turn():
@@ -258,7 +260,7 @@ def test_a_real_fork_and_its_original_give_one_pair_at_the_fork_turn():
     assert rollout_services.episode_run(episode_id=fork.id) == "finished"
     fork.refresh_from_db()
     assert fork.forked_from_id == source.id
-    filters = DatasetFilters(batches=(original.id, fork.batch_id))
+    filters = TurnSelection(batches=(original.id, fork.batch_id))
     for better, worse in ((source, fork), (fork, source)):
         Episode.objects.filter(id=better.id).update(achievement_count=2, total_reward=2.0)
         Episode.objects.filter(id=worse.id).update(achievement_count=1, total_reward=1.0)

@@ -11,9 +11,10 @@ from django.core.exceptions import ValidationError
 from django.core.files.storage import default_storage
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import DatasetVersion
 from datasets.tests.conftest import read_rows, record
+from rollouts.turn_selection import TurnSelection
 
 
 def _wait(version: DatasetVersion, timeout: float = 120.0) -> DatasetVersion:
@@ -39,7 +40,7 @@ def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_cont
     val_fraction = max(0.34, min(hashes) + 0.01)
     dataset = services.dataset_create(
         name="all",
-        filters=DatasetFilters(batches=(batch.id,)),
+        filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(val_fraction=val_fraction, history_frames=1),
         created_by=editor,
     )
@@ -61,7 +62,7 @@ def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_cont
     services.dataset_update(
         dataset=dataset,
         name="all",
-        filters=DatasetFilters(batches=(batch.id,), flagged="only"),
+        filters=TurnSelection(batches=(batch.id,), flagged="only"),
         options=ExportOptions(),
     )
     first.refresh_from_db()
@@ -69,7 +70,7 @@ def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_cont
     services.dataset_update(
         dataset=dataset,
         name="all",
-        filters=DatasetFilters(batches=(batch.id,)),
+        filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(val_fraction=0.34, history_frames=1),
     )
     second = _wait(services.dataset_version_create(dataset=dataset, created_by=editor))
@@ -87,7 +88,7 @@ def test_it_records_a_refused_export_as_failed_with_the_report(celery_worker, ed
     batch = record(seeds=(1,), steps=3)
     dataset = services.dataset_create(
         name="tiny",
-        filters=DatasetFilters(batches=(batch.id,)),
+        filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(format="openai"),
     )
     version = _wait(services.dataset_version_create(dataset=dataset))

@@ -10,10 +10,11 @@ import pytest
 from django.urls import reverse
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import DatasetVersion
 from datasets.tests.conftest import read_rows, record
 from datasets.tests.hf_reader import read_hf, val_fraction_between
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +24,7 @@ def test_a_version_downloads_for_trl_as_the_same_rows(viewer_client, tmp_path, r
     batch = record(seeds=(1, 2, 3, 4), steps=12)
     dataset = services.dataset_create(
         name="For TRL",
-        filters=DatasetFilters(batches=(batch.id,)),
+        filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(
             val_fraction=val_fraction_between(batch.id, (1, 2, 3, 4)), format=row_format
         ),

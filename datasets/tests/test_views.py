@@ -10,15 +10,16 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from datasets import services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import Dataset, DatasetVersion
+from rollouts.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 
 
 def _dataset(batch) -> Dataset:
     return services.dataset_create(
-        name="scripted <b>", filters=DatasetFilters(batches=(batch.id,)), options=ExportOptions()
+        name="scripted <b>", filters=TurnSelection(batches=(batch.id,)), options=ExportOptions()
     )
 
 
@@ -145,13 +146,13 @@ def test_it_exports_a_version_and_downloads_the_exact_file(
 def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_batch, settings):
     from django.db import connection
 
-    from datasets.filters import DatasetFilters, turn_queryset
+    from rollouts.turn_selection import TurnSelection, turns_selected
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
         # What PostgreSQL's planner expects the filter to match (its estimate of the join of
         # turns and episodes is not exact), asked here directly.
-        sql, params = turn_queryset(DatasetFilters()).values("pk").query.sql_with_params()
+        sql, params = turns_selected(TurnSelection()).values("pk").query.sql_with_params()
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
     planned = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"]
@@ -167,6 +168,24 @@ def test_it_says_about_when_live_counts_are_estimated(editor_client, scripted_ba
     episodes = max(1, min(turns, round(3 * turns / 90)))
     assert f'data-count="episodes">{episodes}<'.encode() in counts.content
     assert f'data-count="images">{round(177 * turns / 90)}<'.encode() in counts.content
+
+
+def test_live_counts_are_exact_up_to_the_bound_and_about_past_it(
+    editor_client, scripted_batch, settings
+):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    query = {"name": "x", "flagged": "any", "history_frames": "0", "format": "studio"}
+    settings.STUDIO_EXACT_COUNT_UP_TO = 90  # the fixture's 3 episodes x 30 turns: all read
+    exact = editor_client.get(reverse("datasets:dataset_counts"), query).content.decode()
+    assert "about</span>" not in exact and 'data-estimated="true"' not in exact
+    assert '<strong data-count="turns">90</strong>' in exact
+    assert '<strong data-count="episodes">3</strong>' in exact
+    settings.STUDIO_EXACT_COUNT_UP_TO = 89
+    about = editor_client.get(reverse("datasets:dataset_counts"), query).content.decode()
+    assert "about</span>" in about and 'data-estimated="true"' in about
 
 
 def test_it_names_an_import_after_the_uploaded_file_and_shows_its_tool_calls(editor_client):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from datasets.filters import DatasetFilters, turn_queryset
 from datasets.models import Dataset, DatasetVersion
 from evaluation import selectors
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import record_batch
+from rollouts.turn_selection import TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -79,8 +79,8 @@ def test_held_out_seeds_avoid_every_seed_the_training_data_played():
     train = record_batch(policy="scripted", seeds=(0, 1, 3), steps=20)
     other = record_batch(policy="random", seeds=(2, 7), steps=20)
     # The episodes a dataset version would be built from: the filter of a saved dataset.
-    filters = DatasetFilters(batches=[train.id, other.id])
-    episode_ids = set(turn_queryset(filters).values_list("episode_id", flat=True))
+    filters = TurnSelection(batches=[train.id, other.id])
+    episode_ids = set(turns_selected(filters).values_list("episode_id", flat=True))
     pairs = selectors.batch_seed_pairs(episode_ids=episode_ids)
     assert pairs == {(train.id, 0), (train.id, 1), (train.id, 3), (other.id, 2), (other.id, 7)}
     held_out = selectors.held_out_seeds_for(used=pairs, count=4)
@@ -116,3 +116,23 @@ def test_it_finds_the_base_models_batches_on_the_held_out_seeds():
     found = selectors.batches_covering_seeds(model="base", seeds=[4, 5, 6, 8])
     assert [b.id for b in found] == [covering.id]
     assert selectors.batches_covering_seeds(model="base", seeds=[]) == []
+
+
+def test_the_leaderboard_is_cached_until_its_batches_episodes_change(
+    django_assert_num_queries,
+):
+    batch = _finished_batch(seeds=range(4), unlocked=["collect_wood"])
+    (first,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (first.summary.episodes, first.summary.failed) == (4, 0)
+    # Finished batches and their episodes' signature; their episodes are not read again.
+    with django_assert_num_queries(2):
+        (again,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert again.summary == first.summary
+    Episode.objects.filter(batch=batch, seed=3).update(status="failed")
+    (failed,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (failed.summary.episodes, failed.summary.failed) == (4, 1)
+    Episode.objects.create(batch=batch, seed=9, status="finished", achievements={})
+    (grown,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (grown.summary.episodes, grown.summary.finished) == (5, 4)
+    # collect_wood in 3 of 4 finished episodes: 75%.
+    assert grown.summary.success_rates["collect_wood"] == 75.0

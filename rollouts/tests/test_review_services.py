@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -11,7 +12,8 @@ from django.utils import timezone
 from rollouts import services, services_review
 from rollouts.models import Episode, Turn, TurnBulkFlag
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.selectors_review import TurnFilters, request_image_steps, turns_filtered
+from rollouts.selectors_review import request_image_steps
+from rollouts.turn_selection import EVERY_TURN, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +60,7 @@ def test_it_bulk_flags_every_match_in_chunks_and_counts_only_changes(editor, adm
     already = first.turns.get(index=0)
     services_review.turn_flag(turn=already, flagged=True, user=admin_user)
     job = services_review.turn_bulk_flag_start(
-        filters=TurnFilters(batch_id=first.batch_id), flagged=True, user=editor
+        filters=replace(EVERY_TURN, batches=(first.batch_id,)), flagged=True, user=editor
     )
     total = first.turns.count() + second.turns.count()
     assert total == 10
@@ -77,7 +79,7 @@ def test_it_bulk_flags_every_match_in_chunks_and_counts_only_changes(editor, adm
     # Delivered again: the row says done, nothing runs twice.
     assert services_review.turn_bulk_flag_run(job_id=job.id) == "done_already"
     undo = services_review.turn_bulk_flag_start(
-        filters=TurnFilters(flagged="only"), flagged=False, user=editor
+        filters=replace(EVERY_TURN, flagged="only"), flagged=False, user=editor
     )
     assert services_review.turn_bulk_flag_run(job_id=undo.id) == "done"
     undo.refresh_from_db()
@@ -88,7 +90,7 @@ def test_it_bulk_flags_every_match_in_chunks_and_counts_only_changes(editor, adm
 def test_it_resumes_a_bulk_flag_whose_worker_died_after_its_last_chunk(editor, settings):
     settings.STUDIO_BULK_FLAG_CHUNK = 4
     (episode,) = _played(12)
-    job = services_review.turn_bulk_flag_start(filters=TurnFilters(), flagged=True, user=editor)
+    job = services_review.turn_bulk_flag_start(filters=EVERY_TURN, flagged=True, user=editor)
     ids = list(episode.turns.order_by("id").values_list("id", flat=True))
     # A worker flagged the first 4 turns, saved its progress and died.
     Turn.objects.filter(id__in=ids[:4]).update(flagged=True)
@@ -101,9 +103,7 @@ def test_it_resumes_a_bulk_flag_whose_worker_died_after_its_last_chunk(editor, s
     assert (job.changed, job.status) == (12, "done")
     assert Turn.objects.filter(flagged=True).count() == 12
     # A fresh claim is respected: a second delivery steps back.
-    running = services_review.turn_bulk_flag_start(
-        filters=TurnFilters(), flagged=False, user=editor
-    )
+    running = services_review.turn_bulk_flag_start(filters=EVERY_TURN, flagged=False, user=editor)
     TurnBulkFlag.objects.filter(id=running.id).update(
         status="running", claim_token="alive", heartbeat_at=timezone.now()
     )
@@ -117,17 +117,17 @@ def test_it_filters_turns_by_unlocked_achievement_error_and_model(editor):
     Turn.objects.filter(episode=episode, index=3).update(
         achievements_unlocked=["collect_stone", "place_stone"], error="bad", error_kind="json"
     )
-    wood = turns_filtered(filters=TurnFilters(achievement="collect_wood"))
+    wood = turns_selected(replace(EVERY_TURN, turn_unlocked=("collect_wood",)))
     assert list(wood.values_list("index", flat=True)) == [2]
-    stone = turns_filtered(filters=TurnFilters(achievement="place_stone"))
+    stone = turns_selected(replace(EVERY_TURN, turn_unlocked=("place_stone",)))
     assert list(stone.values_list("index", flat=True)) == [3]
-    assert not turns_filtered(filters=TurnFilters(achievement="collect_diamond")).exists()
-    errors = turns_filtered(filters=TurnFilters(has_error="yes"))
+    assert not turns_selected(replace(EVERY_TURN, turn_unlocked=("collect_diamond",))).exists()
+    errors = turns_selected(replace(EVERY_TURN, has_error="yes"))
     assert list(errors.values_list("index", flat=True)) == [3]
-    assert turns_filtered(filters=TurnFilters(has_error="no")).count() == episode.turns.count() - 1
-    assert not turns_filtered(filters=TurnFilters(model="gpt-none")).exists()
+    assert turns_selected(replace(EVERY_TURN, has_error="no")).count() == episode.turns.count() - 1
+    assert not turns_selected(replace(EVERY_TURN, models=("gpt-none",))).exists()
     with pytest.raises(ValueError, match="unknown achievement"):
-        turns_filtered(filters=TurnFilters(achievement="collect_unicorns"))
+        turns_selected(replace(EVERY_TURN, turn_unlocked=("collect_unicorns",)))
 
 
 def test_it_reads_the_frame_steps_of_image_parts():

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import replace
+
 import pytest
 from django.db import connection
 
-from datasets.filters import DatasetFilters, turn_queryset
-from rollouts.models import Episode
-from rollouts.selectors_review import TURN_LIST_ORDER, TurnFilters, turns_filtered
+from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.models import Episode, Turn
+from rollouts.selectors_review import TURN_LIST_ORDER
 from rollouts.tests.helpers import record_batch
+from rollouts.turn_selection import EVERY_TURN, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -63,27 +67,64 @@ def played(db):
     return batch
 
 
-def _page(filters: TurnFilters):
-    return turns_filtered(filters=filters).order_by(*TURN_LIST_ORDER)[:51]
+def _page(filters: TurnSelection):
+    return turns_selected(filters, for_pages=True).order_by(*TURN_LIST_ORDER)[:51]
 
 
 def test_it_reads_the_default_page_in_index_order(played):
-    plan = _page(TurnFilters())
+    plan = _page(EVERY_TURN)
     assert "turn_list_order_idx" in _plan(plan)
     assert "Sort" not in _plan(plan)
 
 
 def test_it_reads_flagged_and_failed_turns_from_partial_indexes(played):
-    assert "turn_list_flagged_idx" in _plan(_page(TurnFilters(flagged="only")))
-    assert "turn_list_error_idx" in _plan(_page(TurnFilters(has_error="yes")))
+    assert "turn_list_flagged_idx" in _plan(_page(replace(EVERY_TURN, flagged="only")))
+    assert "turn_list_error_idx" in _plan(_page(replace(EVERY_TURN, has_error="yes")))
 
 
-def test_it_finds_unlocked_achievements_through_gin(played):
-    assert "turn_unlocked_gin" in _plan(_page(TurnFilters(achievement="collect_wood")))
-    required = turn_queryset(DatasetFilters(require_achievements=("collect_wood",)))
+def test_it_reads_unlocked_achievements_from_their_own_index_in_page_order(played):
+    plan = _plan(_page(replace(EVERY_TURN, turn_unlocked=("collect_wood",))))
+    assert "turn_unlocked_collect_wood_idx" in plan
+    assert "Sort" not in plan  # walked in page order, stopped at the page size
+    combined = replace(
+        EVERY_TURN, models=("",), flagged="exclude", has_error="no", turn_unlocked=("eat_cow",)
+    )
+    assert "turn_unlocked_eat_cow_idx" in _plan(_page(combined))
+    required = turns_selected(TurnSelection(require_achievements=("collect_wood",)))
     # The datasets' required achievements are the episode's: `?&` on episode.achievements.
     episodes = Episode.objects.filter(achievements__has_keys=["collect_wood"]).order_by()
     assert "episode_achievements_gin" in _plan(episodes.only("id"), bitmap_only=True)
     # And they still answer correctly.
-    assert turns_filtered(filters=TurnFilters(achievement="collect_wood")).count() == 1
+    assert turns_selected(replace(EVERY_TURN, turn_unlocked=("collect_wood",))).count() == 1
     assert required.count() == 256
+
+
+def test_every_achievement_has_its_index(played):
+    migration = importlib.import_module("rollouts.migrations.0014_turn_selection_indexes")
+    assert migration.ACHIEVEMENTS == ACHIEVEMENTS
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'rollouts_turn'")
+        names = {row[0] for row in cursor.fetchall()}
+    assert {f"turn_unlocked_{name}_idx" for name in ACHIEVEMENTS} <= names
+
+
+def test_it_reads_rewarded_and_penalised_turns_from_partial_indexes(played):
+    assert "turn_list_reward_positive_idx" in _plan(_page(replace(EVERY_TURN, reward="positive")))
+    assert "turn_list_reward_negative_idx" in _plan(_page(replace(EVERY_TURN, reward="negative")))
+
+
+def test_it_searches_text_through_trigram_indexes(played):
+    # Case-insensitive substrings of three columns: one trigram index each, or'ed bitmaps.
+    plan = _plan(_page(replace(EVERY_TURN, search="Diamond")), bitmap_only=True)
+    for index in ("turn_model_text_trgm", "turn_note_trgm", "turn_observation_text_trgm"):
+        assert index in plan
+    Turn.objects.filter(episode__seed=107, index=9).update(note="found a DIAMOND here")
+    found = turns_selected(replace(EVERY_TURN, search="diamond"))
+    assert list(found.values_list("episode__seed", "index")) == [(107, 9)]
+
+
+def test_it_reads_a_models_turns_from_its_episodes_on_not_from_the_newest_turn(played):
+    # The episodes' ids are an index condition, not a filter on every turn walked.
+    plan = _plan(_page(replace(EVERY_TURN, models=("",), flagged="only")))
+    assert "turn_list_flagged_idx" in plan
+    assert "Index Cond: (episode_id = ANY (" in plan

@@ -7,10 +7,11 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from datasets import services as dataset_services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from rollouts import services
 from rollouts.models import Episode
 from rollouts.rollout_settings import RolloutSettings
+from rollouts.turn_selection import TurnSelection
 from tests.browser.test_episode_viewer import (  # noqa: F401  fixtures
     ROOT,
     _log_in_at,
@@ -45,7 +46,7 @@ def test_the_live_counts_show_each_groups_kept_samples(
     Episode.objects.filter(batch=batch, seed=3).update(achievement_count=0, total_reward=0.0)
     Episode.objects.filter(batch=batch, seed=3, sample=2).update(achievement_count=4)
     dataset = dataset_services.dataset_create(
-        name="best", filters=DatasetFilters(batches=(batch.id,)), options=ExportOptions()
+        name="best", filters=TurnSelection(batches=(batch.id,)), options=ExportOptions()
     )
     _user("curator", editor=True)
     context = chromium.new_context(viewport={"width": width, "height": 900})

@@ -14,10 +14,11 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, expect
 
 from datasets import services as dataset_services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import DatasetImport
 from rollouts.models import Episode
 from rollouts.tests.helpers import record_batch
+from rollouts.turn_selection import TurnSelection
 from tests.browser.test_episode_viewer import (  # noqa: F401
     allow_orm_beside_event_loop,
     chromium,
@@ -38,7 +39,7 @@ def test_every_page_fits_the_screen(chromium: Browser, live_server, width: int):
     episode = Episode.objects.filter(batch=scripted).order_by("seed").first()
     dataset = dataset_services.dataset_create(
         name="every page dataset",
-        filters=DatasetFilters(batches=(scripted.id,)),
+        filters=TurnSelection(batches=(scripted.id,)),
         options=ExportOptions(),
     )
     # A finished import of a file with a long name; its row and page are on the import pages.

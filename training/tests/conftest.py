@@ -9,9 +9,10 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from datasets import services as dataset_services
-from datasets.filters import DatasetFilters, ExportOptions
+from datasets.export_options import ExportOptions
 from datasets.models import DatasetVersion
 from datasets.tests.conftest import record
+from rollouts.turn_selection import TurnSelection
 from training.tests.servers import OpenAIFineTuningServer, SynthServer
 
 REFERENCE = Path(__file__).resolve().parents[1] / "configs" / "crafter_vlm_gpt4o.toml"
@@ -23,7 +24,7 @@ def version_of(*, seeds: tuple[int, ...], steps: int, name: str) -> DatasetVersi
     """A dataset over a freshly played batch, exported for real (the studio format)."""
     batch = record(seeds=seeds, steps=steps)
     dataset = dataset_services.dataset_create(
-        name=name, filters=DatasetFilters(batches=(batch.id,)), options=ExportOptions()
+        name=name, filters=TurnSelection(batches=(batch.id,)), options=ExportOptions()
     )
     version = dataset_services.dataset_version_create(dataset=dataset, enqueue=False)
     assert dataset_services.dataset_version_export(version_id=version.id) == "done"

@@ -393,13 +393,13 @@ def _submission(version, provider, base_url):
 
 
 def _filters_of(dataset):
-    from datasets.filters import DatasetFilters
+    from rollouts.turn_selection import TurnSelection
 
-    return DatasetFilters.from_json(dataset.filters)
+    return TurnSelection.from_json(dataset.filters)
 
 
 def _options():
-    from datasets.filters import ExportOptions
+    from datasets.export_options import ExportOptions
 
     return ExportOptions()
 
