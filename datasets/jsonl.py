@@ -16,6 +16,7 @@ openai policy, imports) are exported exactly as sent: their history is what the 
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import json
 from collections import OrderedDict
@@ -35,6 +36,19 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _dumps_flat(value: Any) -> str:
+    """`dumps(value)`, without the encoder's set-up for a string or a dict of strings.
+
+    Recorded requests are mostly these (roles, text parts); same bytes as `dumps`.
+    """
+    if type(value) is str:
+        return encode_basestring(value)
+    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+        fields = (encode_basestring(k) + ": " + encode_basestring(v) for k, v in value.items())
+        return "{" + ", ".join(fields) + "}"
+    return dumps(value)
+
+
 DEFAULT_TOOLS: list[dict[str, Any]] = [INTERACT_MANY_TOOL]
 SYSTEM_MESSAGE_JSON = dumps({"role": "system", "content": SYSTEM_PROMPT})
 _ID_TOKEN = "\x00call-id\x00"
@@ -46,9 +60,9 @@ class FrameRef:
     name: str  # storage name of the PNG
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init cost a tenth of an export's row
 class TurnRecord:
-    """One turn as the export reads it: plain values."""
+    """One turn as the export reads it: plain values. Read-only by convention."""
 
     episode_id: int
     index: int
@@ -77,7 +91,7 @@ class EpisodeContext:
     model: str
     policy: str
     # cumulative unique achievements after each turn index (all turns, filtered or not)
-    cumulative: dict[int, int]
+    cumulative: dict[int, int] | RunningCount
     # the frame each turn showed, by turn index (for history frames)
     turn_frames: dict[int, FrameRef] = field(default_factory=dict)
     # frames by step, for recorded requests that name `frame_step`; loaded when first needed
@@ -130,6 +144,25 @@ def cumulative_unique(unlocked_by_turn: Sequence[tuple[int, Sequence[str]]]) -> 
     return result
 
 
+class RunningCount:
+    """`cumulative_unique` for every turn index, kept as the turns where the count changed.
+
+    Built from the turns that unlocked something only: the export reads those few instead of
+    every turn of every episode. `get` reads like the dict's (the count for any index).
+    """
+
+    __slots__ = ("_counts", "_indices")
+
+    def __init__(self, unlocked_by_turn: Sequence[tuple[int, Sequence[str]]]) -> None:
+        counts = cumulative_unique(unlocked_by_turn)
+        self._indices = sorted(counts)
+        self._counts = [counts[index] for index in self._indices]
+
+    def get(self, index: int, default: int = 0) -> int:
+        at = bisect.bisect_right(self._indices, index)
+        return self._counts[at - 1] if at else 0
+
+
 class RowBuilder:
     """Builds rows of one export. Not thread-safe; one per export."""
 
@@ -160,7 +193,7 @@ class RowBuilder:
 
     def image_part(self, frame: FrameRef, extra: dict[str, Any] | None = None) -> str:
         """`{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`."""
-        extra_json = dumps(extra)[1:-1] if extra else ""
+        extra_json = _dumps_flat(extra)[1:-1] if extra else ""
         key = (frame.sha256, extra_json)
         part = self._images.get(key)
         if part is not None:
@@ -360,10 +393,12 @@ class RowBuilder:
                     parts.append(self.image_part(frame, extra or None))
                     images.append((frame.sha256, role, str(extra.get("detail", "auto"))))
                 else:
-                    parts.append(dumps(part))
+                    parts.append(_dumps_flat(part))
             fields = []
             for key, value in message.items():
-                value_json = "[" + ", ".join(parts) + "]" if key == "content" else dumps(value)
+                value_json = (
+                    "[" + ", ".join(parts) + "]" if key == "content" else _dumps_flat(value)
+                )
                 fields.append(encode_basestring(str(key)) + ": " + value_json)
             out.append("{" + ", ".join(fields) + "}")
         return ", ".join(out)

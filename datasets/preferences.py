@@ -34,15 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from datasets.export_options import ExportOptions
-from datasets.exporting import (
-    ExportEmpty,
-    ExportResult,
-    FileResult,
-    _EpisodeContexts,
-    _JsonLists,
-    _Sink,
-    _turn_rows,
-)
+from datasets.exporting.files import ExportResult, OutputFiles
+from datasets.exporting.turn_rows import EpisodeContexts, JsonLists, turn_rows
 from datasets.jsonl import (
     EpisodeContext,
     FrameRef,
@@ -185,10 +178,10 @@ class PreferenceRows:
             history_frames=options.history_frames,
             row_format="studio",
         )
-        self.contexts = _EpisodeContexts(history_frames=options.history_frames)
+        self.contexts = EpisodeContexts(history_frames=options.history_frames)
         # Pairs of a seed reuse the same few episodes: keep their contexts while they do.
         self._recent: OrderedDict[int, EpisodeContext] = OrderedDict()
-        self.parse = _JsonLists()
+        self.parse = JsonLists()
 
     def _context(self, episode_id: int, *, batch_id: int, seed: int) -> EpisodeContext:
         context = self._recent.get(episode_id)
@@ -201,22 +194,23 @@ class PreferenceRows:
         return context
 
     def _sft_row(self, episode_id: int, turn: int) -> tuple[dict[str, Any], int]:
-        values = _turn_rows(TurnSelection()).filter(episode_id=episode_id, index=turn).first()
-        if values is None:
+        row = turn_rows(TurnSelection()).filter(episode_id=episode_id, index=turn).first()
+        if row is None:
             raise LookupError(f"episode {episode_id} has no turn {turn}")
-        context = self._context(values[0], batch_id=values[12], seed=values[13])
+        context = self._context(row.episode_id, batch_id=row.batch_id, seed=row.seed)
+        # What the episode answered, as played: a pair compares the two episodes' own answers.
         record = TurnRecord(
-            episode_id=values[0],
-            index=values[1],
-            observation_text=values[2],
-            request_messages=self.parse(values[3]),
-            model_text=values[4],
-            tool_calls=self.parse(values[5]),
-            actions=self.parse(values[6]),
-            reward=values[7],
-            achievements_unlocked=self.parse(values[8]),
-            flagged=values[9],
-            frame=FrameRef(values[10], values[11]),
+            episode_id=row.episode_id,
+            index=row.index,
+            observation_text=row.observation_text,
+            request_messages=self.parse(row.request_messages_text),
+            model_text=row.model_text,
+            tool_calls=self.parse(row.tool_calls_text),
+            actions=self.parse(row.actions_text),
+            reward=row.reward,
+            achievements_unlocked=self.parse(row.achievements_unlocked_text),
+            flagged=row.flagged,
+            frame=FrameRef(row.frame_sha256, row.frame_name),
         )
         built = self.builder.row(record, context)
         return json.loads(built.text), len(built.images)
@@ -283,34 +277,26 @@ def export_preference_files(
 ) -> ExportResult:
     """Write preference rows; like `export_files`, nothing is left behind on failure."""
     rows = PreferenceRows(options=options, store=store or FrameStore())
-    split_on = options.val_fraction > 0 and val_output is not None
-    result = ExportResult(train=FileResult(path=str(output)))
-    sinks = {"train": _Sink(output, result.train)}
-    if split_on:
-        assert val_output is not None
-        result.val = FileResult(path=str(val_output))
-        sinks["val"] = _Sink(val_output, result.val)
-    episodes: dict[str, set[int]] = {name: set() for name in sinks}
+    splitting = options.val_fraction > 0 and val_output is not None
+    files = OutputFiles(output=output, val_output=val_output if splitting else None)
+    episodes: dict[str, set[int]] = {name: set() for name in files.sinks}
     try:
         for done, pair in enumerate(find_pairs(filters), start=1):
             split = (
                 pair_split(seed=pair.seed, val_fraction=options.val_fraction)
-                if split_on
+                if splitting
                 else "train"
             )
             text, images = rows.row(pair, split=split)
-            sinks[split].add(text, pair.chosen.episode_id, images)
+            files.sinks[split].add(text, pair.chosen.episode_id, images)
             episodes[split].update((pair.chosen.episode_id, pair.rejected.episode_id))
             if progress is not None:
                 progress(done)
-        if not result.train.rows and not options.allow_empty:
-            raise ExportEmpty(val_rows=result.val.rows if result.val else 0)
-        for sink in sinks.values():
-            sink.commit()
+        files.check_not_empty(allow_empty=options.allow_empty)
+        files.commit()
     except BaseException:
-        for sink in sinks.values():
-            sink.discard()
+        files.discard()
         raise
-    for name, sink in sinks.items():
+    for name, sink in files.sinks.items():
         sink.result.episodes = len(episodes[name])
-    return result
+    return files.result

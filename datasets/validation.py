@@ -13,6 +13,7 @@ import io
 import json
 import math
 import warnings
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,10 @@ def decode_data_url(url: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> bytes:
 
 def probe_image(data: bytes, *, full_decode: bool = False) -> ImageInfo:
     """Format, mode and size from the header (or a full decode), with a pixel limit."""
+    if not full_decode:
+        info = _plain_png_header(data)
+        if info is not None:
+            return info
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -102,6 +107,33 @@ def probe_image(data: bytes, *, full_decode: bool = False) -> ImageInfo:
         raise ImageError(f"image refused as a decompression bomb ({exc})") from exc
     except Exception as exc:  # Pillow raises many kinds on broken data
         raise ImageError(f"image cannot be decoded ({plain_error(exc)})") from exc
+
+
+_PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR"
+_PNG_MODES = {2: "RGB", 6: "RGBA"}  # colour type -> Pillow's mode, at 8 bits a channel
+
+
+def _plain_png_header(data: bytes) -> ImageInfo | None:
+    """What Pillow's header read gives for the common PNG, without Pillow; None for others.
+
+    Frames are 8-bit RGB PNGs whose header chunk is followed by the image data. Pillow
+    reads the same 33 bytes (checking the chunk's CRC) and stops at the data chunk, at
+    50 times the cost, which made it a third of an export. Anything else (other modes, other
+    chunks first, a bad CRC, sizes near a pixel limit) is left to Pillow.
+    """
+    if len(data) < 41 or data[:16] != _PNG_HEAD or data[37:41] != b"IDAT":
+        return None
+    if zlib.crc32(data[12:29]) != int.from_bytes(data[29:33], "big"):
+        return None
+    width = int.from_bytes(data[16:20], "big")
+    height = int.from_bytes(data[20:24], "big")
+    mode = _PNG_MODES.get(data[25]) if data[24] == 8 else None
+    pixels = width * height
+    if mode is None or data[27] != 0 or not width or not height or pixels > MAX_IMAGE_PIXELS:
+        return None
+    if Image.MAX_IMAGE_PIXELS is not None and pixels > Image.MAX_IMAGE_PIXELS:
+        return None
+    return ImageInfo(size_bytes=len(data), format="PNG", mode=mode, width=width, height=height)
 
 
 def image_tokens(info: ImageInfo, detail: str = "auto") -> int:

@@ -35,6 +35,7 @@ class FrameStore:
             self._root: Path | None = Path(self.storage.path(""))
         except NotImplementedError:  # remote storage (S3): no local path
             self._root = None
+        self._root_prefix = os.path.join(self._root, "") if self._root is not None else ""
 
     def put(self, png: bytes) -> tuple[str, str]:
         """Store `png` if new; return (sha256, storage name)."""
@@ -82,6 +83,9 @@ class FrameStore:
 
     def read(self, name: str) -> bytes:
         if self._root is not None:
-            return (self._root / name).read_bytes()
+            # A plain path string: an export reads a frame per row, and Path cost more than
+            # the read itself.
+            with open(self._root_prefix + name, "rb", buffering=0) as fh:
+                return fh.readall()
         with self.storage.open(name, "rb") as fh:
             return fh.read()

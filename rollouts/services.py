@@ -1,4 +1,11 @@
-"""Writes for rollouts: create batches, claim and record episodes, keep batch progress."""
+"""Writes for rollouts: create batches, claim and record episodes, keep batch progress.
+
+Which services module a write goes in: here, the recording lifecycle of batches and episodes
+(create, enqueue, claim, run, finish, fail, requeue). `services_review`: a reviewer's marks
+on recorded turns (flags, notes, relabels), which never change what was played.
+`services_play`: a person's game, key by key. `services_fork`: a new episode from another's
+prefix. Those three call this one to record; this one calls back only to replay a fork.
+"""
 
 from __future__ import annotations
 

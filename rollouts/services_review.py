@@ -1,4 +1,7 @@
-"""Writes made by reviewers: flags and notes on turns, one at a time or in bulk.
+"""Writes made by reviewers: flags, notes and relabels on turns, one at a time or in bulk.
+
+A reviewer's marks sit beside what was recorded and never change it (the recording
+lifecycle is `rollouts.services`; see its docstring for where a write goes).
 
 Bulk flags run on the worker (`turn_bulk_flag_start` in the request, `turn_bulk_flag_run`
 in the task): a filter can match millions of turns.

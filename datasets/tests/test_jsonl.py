@@ -98,3 +98,28 @@ def test_it_splits_by_a_stable_hash_of_the_episode():
 
 def test_it_counts_unique_achievements_cumulatively():
     assert cumulative_unique([(2, ["b"]), (0, []), (1, ["a"]), (3, [])]) == {0: 0, 1: 1, 2: 2, 3: 2}
+
+
+def test_a_running_count_gives_the_cumulative_count_of_every_turn():
+    from datasets.jsonl import RunningCount
+
+    unlocked = [(2, ["b"]), (0, []), (1, ["a"]), (3, []), (4, ["a", "c"]), (5, [])]
+    only_unlocks = [(index, names) for index, names in unlocked if names]
+    running = RunningCount(only_unlocks)
+    assert [running.get(index) for index in range(6)] == [0, 1, 2, 2, 3, 3]
+
+
+def test_flat_values_are_encoded_as_json_dumps_encodes_them():
+    from datasets.jsonl import _dumps_flat
+
+    for value in [
+        "plain",
+        'quote " back \\ slash \n\t\x01 caf\u00e9 \u2603 \ud83d\ude00',
+        {},
+        {"type": "text", "text": "a \u00e9\n"},
+        {"type": "text", "n": 1},
+        ["a"],
+        None,
+        1.5,
+    ]:
+        assert _dumps_flat(value) == json.dumps(value, ensure_ascii=False)

@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+import zlib
 from pathlib import Path
 
 from PIL import Image
@@ -118,3 +119,80 @@ def test_it_lists_every_violation_not_just_the_first(tmp_path):
     rows = [_row(*[RGB] * 11) for _ in range(12)]
     report = validate_openai_file(_file(tmp_path, rows))
     assert [v.row for v in report.violations] == list(range(1, 13))
+
+
+def _png(image: Image.Image, **params) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", **params)
+    return buffer.getvalue()
+
+
+def _pillow_says(data: bytes):
+    """What Pillow itself reads from the header, or the exception type it raises."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return (len(data), image.format, image.mode, *image.size)
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def test_the_header_probe_says_what_pillow_says_for_every_kind_of_png():
+    from datasets.validation import ImageError, _plain_png_header, probe_image
+
+    rgb = _png(Image.new("RGB", (64, 48), (10, 120, 30)))
+    broken_crc = rgb[:29] + bytes([rgb[29] ^ 1]) + rgb[30:]
+    text_first = _png(Image.new("RGB", (8, 8)), pnginfo=_text_chunk())
+    samples = {
+        "rgb": rgb,
+        "rgba": _png(Image.new("RGBA", (5, 7), (1, 2, 3, 4))),
+        "grey": _png(Image.new("L", (9, 9))),
+        "grey alpha": _png(Image.new("LA", (9, 9))),
+        "palette": _png(Image.new("P", (9, 9))),
+        "bits": _png(Image.new("1", (9, 9))),
+        "16-bit": _png(Image.new("I;16", (9, 9))),
+        "transparency": _png(Image.new("RGB", (9, 9)), transparency=(0, 0, 0)),
+        "text before the data": text_first,
+        "interlaced": _with_header_byte(rgb, 28, 1),
+        "zero width": _zero_width(rgb),
+        "unknown filter": _with_header_byte(rgb, 27, 1),
+        "broken header crc": broken_crc,
+        "truncated": rgb[:40],
+        "not a png": b"GIF89a" + rgb[6:],
+    }
+    # The common frame takes the quick path; the test compares both paths with Pillow.
+    assert _plain_png_header(rgb) is not None
+    assert _plain_png_header(samples["palette"]) is None
+    for name, data in samples.items():
+        expected = _pillow_says(data)
+        try:
+            info = probe_image(data)
+            got = (info.size_bytes, info.format, info.mode, info.width, info.height)
+        except ImageError:
+            got = "error"
+        if isinstance(expected, str):
+            assert got == "error", name
+        else:
+            assert got == expected, name
+
+
+def _with_header_byte(png: bytes, offset: int, value: int) -> bytes:
+    """`png` with one byte of its header chunk changed, and that chunk's CRC made right."""
+    data = bytearray(png)
+    data[offset] = value
+    data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def _zero_width(png: bytes) -> bytes:
+    data = png
+    for offset in range(16, 20):
+        data = _with_header_byte(data, offset, 0)
+    return data
+
+
+def _text_chunk():
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("Software", "studio")
+    return info
