@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -25,6 +26,20 @@ def media_storage(settings, tmp_path) -> str:
         },
     }
     return root
+
+
+@pytest.fixture(autouse=True)
+def cache_of_its_own(settings) -> str:
+    """Each test its own keys in the shared (Redis) cache: ids restart with each test
+    database, and an entry a former run left under the same key must not be found.
+    Returns the key prefix (a subprocess given it as STUDIO_CACHE_PREFIX shares the cache)."""
+    prefix = f"studio-test-{uuid.uuid4().hex}"
+    settings.CACHES = {
+        name: {**options, "KEY_PREFIX": prefix} for name, options in settings.CACHES.items()
+    }
+    # Short-lived: a test's entries are not left in Redis for a week.
+    settings.STUDIO_STATISTICS_CACHE_SECONDS = 600
+    return prefix
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache as django_cache
 from django.db.models import Count, Max
+from redis.exceptions import RedisError
 
 from datasets.models import DatasetVersion
 from rollouts.evaluation import (
@@ -33,6 +36,8 @@ from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accep
 from rollouts.selectors_baselines import batches_covering_seeds
 from rollouts.turn_selection import TurnSelection, turns_selected
 
+logger = logging.getLogger(__name__)
+
 MAX_COMPARED_BATCHES = 8
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
 # The paper's agents, in its table's order, with the names it gives them.
@@ -45,9 +50,10 @@ REFERENCE_LABELS = {
 }
 
 
-# Statistics of batches are kept this long in the cache, keyed by what they are computed from
-# (see `_cached_statistics`): a leaderboard of 40,000 episodes takes a second to bootstrap.
-STATISTICS_CACHE_SECONDS = 600
+# Statistics of batches are cached (for `settings.STUDIO_STATISTICS_CACHE_SECONDS`, a week by
+# default), keyed by what they are computed from (see `_cached_statistics`): a leaderboard of
+# 40,000 episodes takes seconds to read and bootstrap. With Redis the cache is shared by every
+# process, and `evaluation.tasks.statistics_warm` fills the leaderboard's when a batch finishes.
 
 
 def _episodes_signature(batch_ids: Sequence[int]) -> list[tuple[int, str, int, int]]:
@@ -69,10 +75,17 @@ def _cached_statistics(kind: str, inputs: Any, batch_ids: Sequence[int], compute
         [kind, inputs, _episodes_signature(batch_ids)], sort_keys=True, default=str
     )
     key = f"evaluation:{kind}:{hashlib.sha256(key_data.encode()).hexdigest()}"
-    value = django_cache.get(key)
+    try:
+        value = django_cache.get(key)
+    except (RedisError, OSError) as exc:  # an unreachable cache costs a miss, not the page
+        logger.info("statistics cache unreachable: %s", exc)
+        return compute()
     if value is None:
         value = compute()
-        django_cache.set(key, value, STATISTICS_CACHE_SECONDS)
+        try:
+            django_cache.set(key, value, settings.STUDIO_STATISTICS_CACHE_SECONDS)
+        except (RedisError, OSError) as exc:
+            logger.info("statistics cache unreachable: %s", exc)
     return value
 
 
@@ -167,8 +180,13 @@ def batches_compare(*, batch_ids: Sequence[int]) -> BatchComparison:
     if missing:
         raise ComparisonError(f"there is no batch {', '.join(missing)}")
     batches = [found[i] for i in batch_ids]
+    # The batches' creation times too: ids restart in a database created again (tests, a
+    # reset demo) while the shared cache keeps its entries.
     comparison = _cached_statistics(
-        "compare", list(batch_ids), batch_ids, lambda: _compare(batches)
+        "compare",
+        [(b.id, b.created_at) for b in batches],
+        batch_ids,
+        lambda: _compare(batches),
     )
     # The batch rows as they are now (a name may have changed since it was cached).
     return dataclasses.replace(
@@ -316,7 +334,8 @@ def leaderboard_rows() -> list[LeaderboardRow]:
         RolloutBatch.objects.filter(status=RolloutBatch.Status.FINISHED)
         .exclude(policy=RolloutBatch.Policy.IMPORTED)
         .order_by("id")
-        .values("id", "policy", "model", "image_size", "step_limit", "settings")
+        # created_at for the cache key only: ids restart in a database created again.
+        .values("id", "policy", "model", "image_size", "step_limit", "settings", "created_at")
     )
     ids = [b["id"] for b in batches]
     return _cached_statistics("leaderboard", batches, ids, lambda: _leaderboard(batches))

@@ -406,6 +406,25 @@ def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str,
                 default=F("finished_at"),
             ),
         )
+        transaction.on_commit(lambda: _statistics_warm_if_closed(episode.batch_id, now))
+
+
+# The leaderboard's warm-up lives in evaluation, which imports rollouts: it is sent by name,
+# not imported (a signal would need a receiver wired up in evaluation for the same one send).
+STATISTICS_WARM_TASK = "evaluation.tasks.statistics_warm"
+
+
+def _statistics_warm_if_closed(batch_id: int, ended_at) -> None:
+    """After the commit (off the batch row's lock): when this episode closed the batch (its
+    end dated the batch's), have a worker warm the leaderboard's statistics. A send that
+    fails is only logged: the first viewer computes them instead."""
+    closed = RolloutBatch.objects.filter(
+        id=batch_id, status=RolloutBatch.Status.FINISHED, finished_at=ended_at
+    ).exists()
+    if closed:
+        from studio.celery import app
+
+        queue.send(app.signature(STATISTICS_WARM_TASK))
 
 
 def batch_fail(*, batch: RolloutBatch, error: str) -> None:

@@ -232,6 +232,25 @@ REDIS_URL = env.str(
     default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
 )
 
+# Django's cache. With Redis (the broker's server and db, keys under STUDIO_CACHE_PREFIX) it is
+# shared by every web and Celery process: the evaluation statistics computed or warmed by one
+# serve all, and a human game's snapshot any web worker. Without Redis (the SQLite demo), each
+# process keeps its own in memory. Short timeouts: a dead Redis costs a page a miss, not a hang.
+if REDIS_URL.startswith("redis"):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env.str("STUDIO_CACHE_PREFIX", default="studio"),
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 5},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# How long the batches' statistics stay cached. Their key names the episodes they are computed
+# from (`evaluation.selectors._cached_statistics`), so an entry never goes stale: keep it long.
+STUDIO_STATISTICS_CACHE_SECONDS = env.int("STUDIO_STATISTICS_CACHE_SECONDS", default=7 * 24 * 3600)
+
 if not DEBUG:
     SESSION_COOKIE_HTTPONLY = True
     CSRF_COOKIE_SAMESITE = "Strict"
