@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import setup_django
+from common import setup_django, use_own_cache
 
 DATABASE = "studio_bench_play"
 CHECKPOINTS = (10, 100, 1000)
@@ -60,6 +60,7 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ["STUDIO_MEDIA_ROOT"] = tempfile.mkdtemp(prefix="studio-bench-play-")
+    use_own_cache()
     setup_django(DATABASE)
     import crafter
     import numpy as np

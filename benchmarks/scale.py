@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT
+from common import ROOT, use_own_cache
 
 EPISODE_TURNS = 256
 EPISODES_PER_BATCH = 1_000
@@ -428,6 +428,7 @@ def _recreate(database: str) -> None:
 def _django(database: str) -> None:
     """Point Django at `database` as it is (no drop, no migrate)."""
     os.environ["DATABASE_URL"] = f"{_postgres_base()}/{database}"
+    use_own_cache()
     os.environ.setdefault("SECRET_KEY", "benchmark-only")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
     os.environ.pop("DEBUG", None)
