@@ -383,11 +383,12 @@ def turn_list_page(
     """One page of the turn list in the `sort` column's order, by cursor (keyset), never by
     OFFSET: page 20,000 costs what page 1 costs."""
     return keyset_page(
-        turn_list_page_rows(turns=turns, sort=sort),
+        turns,
         order=TURN_SORTS.get(sort, TURN_LIST_ORDER),
         after=after,
         before=before,
         size=size,
+        load=lambda keys: turn_list_page_rows(turns=Turn.objects.filter(pk__in=keys), sort=sort),
     )
 
 

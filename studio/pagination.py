@@ -14,7 +14,7 @@ import base64
 import binascii
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +46,14 @@ def keyset_page(
     after: str | None = None,
     before: str | None = None,
     size: int,
+    load: Callable[[list[Any]], Iterable[Any]] | None = None,
 ) -> KeysetPage:
     """One page of `queryset` in `order` (which must end in a unique key, e.g. "id").
 
     `after` / `before` are cursors from an earlier page; an invalid one gives the first page.
     Sort fields must not be NULL (SQL compares NULL with nothing): coalesce them first.
+    `load(keys)`: when given, the page's primary keys are read first from `queryset` and its
+    rows then by `load` (with their joins and columns), see `_page_rows`.
     """
     fields = [(name.lstrip("-"), name.startswith("-")) for name in order]
     after_values = _decode(after, len(fields))
@@ -59,7 +62,7 @@ def keyset_page(
         # Walk backwards from the cursor, then put the page back in reading order.
         reverse = [f"{'' if desc else '-'}{name}" for name, desc in fields]
         qs = queryset.filter(_beyond(fields, before_values, backwards=True)).order_by(*reverse)
-        rows = list(qs[: size + 1])
+        rows = _page_rows(qs, size + 1, load)
         has_more_before = len(rows) > size
         rows = rows[:size][::-1]
         return KeysetPage(
@@ -70,7 +73,7 @@ def keyset_page(
     qs = queryset.order_by(*order)
     if after_values is not None:
         qs = qs.filter(_beyond(fields, after_values, backwards=False))
-    rows = list(qs[: size + 1])
+    rows = _page_rows(qs, size + 1, load)
     has_more = len(rows) > size
     rows = rows[:size]
     return KeysetPage(
@@ -78,6 +81,18 @@ def keyset_page(
         next_cursor=_encode(rows[-1], fields) if rows and has_more else None,
         previous_cursor=_encode(rows[0], fields) if rows and after_values is not None else None,
     )
+
+
+def _page_rows(qs: QuerySet, limit: int, load: Callable | None) -> list[Any]:
+    """The first `limit` rows of `qs`. With `load`, in two reads: the keys alone, then their
+    rows. Joined to the rows' relations, the planner misjudges how many rows a filter keeps and
+    joins every match before sorting (10 million turns, a combined filter: 350 ms); the keys
+    alone come from an index read in order that stops at the limit (20 ms)."""
+    if load is None:
+        return list(qs[:limit])
+    keys = list(qs.values_list("pk", flat=True)[:limit])
+    by_key = {row.pk: row for row in load(keys)}
+    return [by_key[key] for key in keys if key in by_key]
 
 
 def _beyond(fields: list[tuple[str, bool]], values: list[Any], *, backwards: bool) -> Q:
