@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache as django_cache
 from django.db.models import Count, Max
-from redis.exceptions import RedisError
 
 from datasets.models import DatasetVersion
 from rollouts.evaluation import (
@@ -35,8 +32,7 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
 from rollouts.selectors_baselines import batches_covering_seeds
 from rollouts.turn_selection import TurnSelection, turns_selected
-
-logger = logging.getLogger(__name__)
+from studio.cached import cached
 
 MAX_COMPARED_BATCHES = 8
 REFERENCE_FILE = Path(__file__).resolve().parent / "crafter_reference_scores.json"
@@ -75,18 +71,7 @@ def _cached_statistics(kind: str, inputs: Any, batch_ids: Sequence[int], compute
         [kind, inputs, _episodes_signature(batch_ids)], sort_keys=True, default=str
     )
     key = f"evaluation:{kind}:{hashlib.sha256(key_data.encode()).hexdigest()}"
-    try:
-        value = django_cache.get(key)
-    except (RedisError, OSError) as exc:  # an unreachable cache costs a miss, not the page
-        logger.info("statistics cache unreachable: %s", exc)
-        return compute()
-    if value is None:
-        value = compute()
-        try:
-            django_cache.set(key, value, settings.STUDIO_STATISTICS_CACHE_SECONDS)
-        except (RedisError, OSError) as exc:
-            logger.info("statistics cache unreachable: %s", exc)
-    return value
+    return cached(key, compute, seconds=settings.STUDIO_STATISTICS_CACHE_SECONDS)
 
 
 class ComparisonError(ValueError):

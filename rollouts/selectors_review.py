@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
+from studio.cached import cached
 from studio.pagination import BoundedCount, KeysetPage, count_bounded, keyset_page
 
 ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
@@ -95,15 +97,43 @@ class EpisodeIndex:
 
     episode: Episode
     count: int
-    # Columns, one entry per position in the viewer (see `episode_index`); JSON for the page.
-    columns: dict[str, Any]
+    # The recorded columns, one entry per position in the viewer (see `episode_index`), as
+    # JSON escaped for a <script> element (what `json_script` gives).
+    recorded_json: str
+    # Positions of the flagged turns: a reviewer's marks, read anew for every page.
+    flagged: list[int]
     # (achievement, position in the viewer, turn index) in the order they were unlocked.
     unlocked: list[tuple[str, int, int]]
-    frames: list[str]  # sha256 per position, for the first frame the page shows
+    frame_digests: bytes  # 32 bytes of sha256 per position
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """Every column as the page's script sees them (recorded and flagged)."""
+        return json.loads(self.recorded_json) | {"flagged": self.flagged}
+
+    def frame(self, position: int) -> str:
+        """The sha256 of the frame at `position`, in hex."""
+        return self.frame_digests[32 * position : 32 * position + 32].hex()
 
 
 # The vitals the viewer's chart draws, each 0-9 in Crafter.
 CHART_VITALS = ("health", "food", "drink", "energy")
+# An ended episode's recorded columns never change (a replay after a failure is a new
+# attempt): long ones are kept in the cache, so opening one again, or by another reviewer,
+# costs one cache read instead of reading and encoding every turn. Short ones are cheap.
+VIEWER_CACHE_MIN_TURNS = 1_000
+VIEWER_CACHE_SECONDS = 24 * 3600
+_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED)
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What an episode recorded, as the viewer's index has it (cached for long episodes)."""
+
+    json: str
+    turns: list[int]  # each position's turn index, ascending
+    unlocked: list[tuple[str, int, int]]
+    frame_digests: bytes
 
 
 def episode_index(*, episode_id: int) -> EpisodeIndex:
@@ -113,6 +143,35 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
     Each turn's texts come from `episode_turn` when the viewer's cursor gets near it.
     """
     episode = Episode.objects.select_related("batch").get(id=episode_id)
+    if episode.status in _ENDED and episode.steps >= VIEWER_CACHE_MIN_TURNS:
+        # Everything that tells this episode's recording from another's, in a database made
+        # again (ids restart) or after a replay.
+        ended = episode.finished_at.isoformat() if episode.finished_at else ""
+        key = (
+            f"viewer-index:1:{episode.id}:{episode.batch.created_at.isoformat()}:{ended}:"
+            f"{episode.attempts}:{episode.status}:{episode.steps}"
+        )
+        recorded = cached(key, lambda: _recorded_index(episode_id), seconds=VIEWER_CACHE_SECONDS)
+    else:
+        recorded = _recorded_index(episode_id)
+    turns = recorded.turns
+    flagged = [
+        bisect_left(turns, index)
+        for index in Turn.objects.filter(episode_id=episode_id, flagged=True)
+        .order_by("index")
+        .values_list("index", flat=True)
+    ]
+    return EpisodeIndex(
+        episode=episode,
+        count=len(turns),
+        recorded_json=recorded.json,
+        flagged=[p for p in flagged if p < len(turns)],
+        unlocked=recorded.unlocked,
+        frame_digests=recorded.frame_digests,
+    )
+
+
+def _recorded_index(episode_id: int) -> _Recorded:
     vitals = {
         f"vital_{name}": KeyTextTransform(name, KeyTransform("vitals", "frame__state"))
         for name in CHART_VITALS
@@ -122,14 +181,12 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
     # its frame's step, sha256 and vitals; no JSON decoded per row.
     rows = list(
         turns.annotate(**vitals).values_list(
-            "index", "frame__step", "frame__sha256", "flagged", "reward", *vitals
+            "index", "frame__step", "frame__sha256", "reward", *vitals
         )
     )
     if not rows:
-        return EpisodeIndex(episode=episode, count=0, columns={"count": 0}, unlocked=[], frames=[])
-    indices, steps, frames, flags, rewards, *series = (
-        list(column) for column in zip(*rows, strict=True)
-    )
+        return _Recorded(json=_script_json({"count": 0}), turns=[], unlocked=[], frame_digests=b"")
+    indices, steps, frames, rewards, *series = (list(column) for column in zip(*rows, strict=True))
     position = {index: i for i, index in enumerate(indices)}
     # The few turns that failed or unlocked something, each off its partial index.
     errors = sorted(
@@ -148,14 +205,14 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
             if name not in seen:
                 seen.add(name)
                 unlocked.append((name, position[index], index))
+    digests = bytes.fromhex("".join(frames))
     columns = {
         "count": len(rows),
         "turn": indices,
         "step": steps,
         # The frames' sha256 digests end to end, base64: 44 bytes a turn instead of 67.
-        "frames": base64.b64encode(bytes.fromhex("".join(frames))).decode(),
-        # Marks as the positions that have them: few turns are flagged, failed or unlock.
-        "flagged": [i for i, flag in enumerate(flags) if flag],
+        "frames": base64.b64encode(digests).decode(),
+        # Marks as the positions that have them: few turns fail or unlock.
         "errors": errors,
         "unlocks": unlocks,
         "reward": [[i, reward] for i, reward in enumerate(rewards) if reward],
@@ -165,9 +222,17 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
             for name, values in zip(CHART_VITALS, series, strict=True)
         },
     }
-    return EpisodeIndex(
-        episode=episode, count=len(rows), columns=columns, unlocked=unlocked, frames=frames
+    return _Recorded(
+        json=_script_json(columns), turns=indices, unlocked=unlocked, frame_digests=digests
     )
+
+
+# What Django's `json_script` escapes: JSON that can sit inside a <script> element.
+_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+def _script_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
 _DIGITS = frozenset("0123456789")

@@ -21,6 +21,7 @@ from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -207,8 +208,10 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
             "episode": index.episode,
             "batch": index.episode.batch,
             "turn_count": index.count,
-            "turn_index": index.columns,
-            "start_frame": index.frames[start] if index.count else "",
+            # JSON escaped for a <script> element by the selector (as `json_script` does).
+            "turn_index": mark_safe(index.recorded_json),
+            "turn_flags": index.flagged,
+            "start_frame": index.frame(start) if index.count else "",
             "viewer_config": config,
             "can_review": can_review,
             "unlocked": index.unlocked,

@@ -121,3 +121,43 @@ def test_it_gives_a_turn_to_the_signed_in_only_as_the_page_does(client, viewer, 
         "seen 4",
         "said 4",
     )
+
+
+def _page_reads_turn_rows(client, episode_id: int) -> tuple[dict, bool]:
+    """The page's context, and whether answering it read the episode's turn rows (the one
+    query that joins each turn's frame)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse("rollouts:episode_detail", args=[episode_id]))
+    assert response.status_code == 200
+    joins = [q["sql"] for q in queries if 'INNER JOIN "rollouts_frame"' in q["sql"]]
+    return response.context, bool(joins)
+
+
+def test_a_long_ended_episode_is_indexed_once_and_its_flags_stay_live(viewer_client, db):
+    episode = seed_episode(turns=1_200, observation="o {i}", model_text="m {i}")
+    first, read = _page_reads_turn_rows(viewer_client, episode.id)
+    assert read and first["turn_flags"] == []
+    # Recorded columns come from the cache now; a reviewer's flag is read anew.
+    Turn.objects.filter(episode=episode, index__in=[5, 1_199]).update(flagged=True)
+    again, read = _page_reads_turn_rows(viewer_client, episode.id)
+    assert not read
+    assert again["turn_flags"] == [5, 1_199]
+    assert str(again["turn_index"]) == str(first["turn_index"])
+    assert again["start_frame"] == hashlib.sha256(b"0").hexdigest()
+    page = viewer_client.get(reverse("rollouts:episode_detail", args=[episode.id]))
+    assert b'<script id="turn-flags" type="application/json">[5, 1199]</script>' in page.content
+
+
+def test_an_episode_still_playing_is_indexed_afresh_every_time(viewer_client, db):
+    from rollouts.models import Episode
+
+    episode = seed_episode(turns=1_200, observation="o {i}", model_text="m {i}")
+    Episode.objects.filter(id=episode.id).update(status=Episode.Status.RUNNING)
+    _page_reads_turn_rows(viewer_client, episode.id)
+    Turn.objects.filter(episode=episode, index=7).update(error="HTTP 429", error_kind="http_429")
+    context, read = _page_reads_turn_rows(viewer_client, episode.id)
+    assert read
+    assert '"errors":[7]' in str(context["turn_index"])

@@ -4,12 +4,14 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from evaluation.selectors import REFERENCE_FILE
 from rollouts.crafter_env import ACHIEVEMENTS
 from rollouts.evaluation import (
     EpisodeOutcome,
+    bootstrap,
     held_out_seeds,
     mean_and_se,
     paired_comparison,
@@ -67,6 +69,20 @@ def test_it_bootstraps_two_episodes_to_their_extremes():
                                                     achievements=EVERYTHING)])  # fmt: skip
     assert summary.crafter_score == pytest.approx(50.0)
     assert summary.score_interval == (0.0, pytest.approx(100.0))
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["a draw per group", "a draw per unit"])
+def test_both_ways_of_drawing_resamples_give_the_binomial_interval(grouped):
+    # 300 successes in 1,000: a resample's mean is Binomial(1000, 0.3) / 1000, whose 95%
+    # interval is 0.3 +- 1.96 sqrt(0.3 * 0.7 / 1000) = 0.3 +- 0.0284 -> [0.2716, 0.3284].
+    # Two groups of alike units, or the 1,000 units each on its own: the same bootstrap.
+    values = np.array([1.0, 0.0]) if grouped else np.array([1.0] * 300 + [0.0] * 700)
+    counts = np.array([300, 700]) if grouped else np.ones(1_000, dtype=int)
+    means = bootstrap(counts, lambda weights: weights @ values / 1_000)
+    assert len(means) == 1_000
+    low, high = np.percentile(means, [2.5, 97.5])
+    assert low == pytest.approx(0.2716, abs=0.004)
+    assert high == pytest.approx(0.3284, abs=0.004)
 
 
 def test_the_bootstrap_interval_is_the_same_for_the_same_data():

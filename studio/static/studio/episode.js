@@ -10,6 +10,9 @@
   const configNode = document.getElementById("viewer-config");
   if (!indexNode || !configNode) return;
   const index = JSON.parse(indexNode.textContent);
+  // What was recorded comes apart from the reviewers' flags (the server caches the first).
+  const flagsNode = document.getElementById("turn-flags");
+  index.flagged = flagsNode ? JSON.parse(flagsNode.textContent) : [];
   const config = JSON.parse(configNode.textContent);
   const count = index.count;
   if (!count) return;
