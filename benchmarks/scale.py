@@ -25,7 +25,8 @@ Django's test client (the whole request: middleware, session, view, queries, tem
 `--requests` times per page after one warm-up; `cpu_p50_ms` is this process's CPU time per
 request (load-independent; the database's work is not in it); `bytes` is the page's size.
 `_uncached` rows empty the cache before each request (the comparison's and leaderboard's
-statistics are cached per set of episodes). The machine may be shared: compare ratios.
+statistics are cached per set of episodes, a long ended episode's index per episode). The
+machine may be shared: compare ratios.
 """
 
 from __future__ import annotations
@@ -365,6 +366,8 @@ def pages(ids: dict[str, object]) -> dict[str, str]:
         "leaderboard_uncached": "/leaderboard/",
         "episode_viewer_256_turns": f"/episodes/{ids['episode_id']}/",
         "episode_viewer_10000_turns": f"/episodes/{ids['long_episode_id']}/",
+        # A long ended episode's index is cached: the first view of it, or after a day.
+        "episode_viewer_10000_turns_uncached": f"/episodes/{ids['long_episode_id']}/",
         "episode_viewer_turn_detail": f"/episodes/{ids['long_episode_id']}/turns/5000/",
     }
 

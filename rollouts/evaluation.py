@@ -7,6 +7,7 @@ place); this module only feeds it resampled success rates.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -14,7 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.scoring import crafter_score, crafter_scores, success_rates
+from rollouts.scoring import crafter_score, crafter_scores
 
 # 97.5th percentile of the standard normal: two-sided 95% intervals.
 Z95 = 1.959963984540054
@@ -119,14 +120,7 @@ def wilson_interval(successes: int, trials: int, *, z: float = Z95) -> Interval:
 
 def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     """Mean and its standard error (sample standard deviation / sqrt(n))."""
-    n = len(values)
-    if n == 0:
-        return (0.0, 0.0)
-    mean = math.fsum(values) / n
-    if n == 1:
-        return (mean, 0.0)
-    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    return (mean, math.sqrt(variance / n))
+    return Moments.of(values).mean_and_se()
 
 
 def unlocked_matrix(achievement_sets: Iterable[Iterable[str]]) -> np.ndarray:
@@ -191,13 +185,19 @@ def bootstrap(
 
 def alike_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of `matrix` (in the order of their bytes) and how often each occurs."""
+    patterns, inverse = _distinct_rows(matrix)
+    return patterns, np.bincount(inverse, minlength=len(patterns))
+
+
+def _distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of `matrix` in the order of their bytes, and each row's place there."""
     matrix = np.ascontiguousarray(matrix, dtype=np.float64)
     if not len(matrix):
         return matrix, np.zeros(0, dtype=np.int64)
     # Each row as one opaque value: numpy's unique over rows (axis=0) is ten times slower.
     rows = matrix.view(np.dtype((np.void, matrix.shape[1] * matrix.itemsize))).ravel()
-    _, first, counts = np.unique(rows, return_index=True, return_counts=True)
-    return matrix[first], counts
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    return matrix[first], inverse.ravel()
 
 
 def percentile_interval(values: np.ndarray) -> Interval:
@@ -205,38 +205,118 @@ def percentile_interval(values: np.ndarray) -> Interval:
     return (float(low), float(high))
 
 
+@dataclass(frozen=True)
+class Moments:
+    """Count, mean and sum of squared deviations of some values: what a mean and its
+    standard error need, and what two sets of values combine into (Chan et al.)."""
+
+    count: int = 0
+    mean: float = 0.0
+    squares: float = 0.0  # sum of (value - mean) ** 2
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Moments:
+        if not values:
+            return cls()
+        mean = math.fsum(values) / len(values)
+        return cls(len(values), mean, math.fsum((v - mean) ** 2 for v in values))
+
+    def __add__(self, other: Moments) -> Moments:
+        count = self.count + other.count
+        if not other.count or not self.count:
+            return self if other.count == 0 else other
+        delta = other.mean - self.mean
+        return Moments(
+            count,
+            self.mean + delta * other.count / count,
+            self.squares + other.squares + delta * delta * self.count * other.count / count,
+        )
+
+    def mean_and_se(self) -> tuple[float, float]:
+        if self.count < 2:
+            return (self.mean, 0.0)
+        return (self.mean, math.sqrt(max(self.squares, 0.0) / (self.count - 1) / self.count))
+
+
+@dataclass(frozen=True)
+class OutcomeGroup:
+    """Episodes alike in what a summary reads of them (their status and achievements), with
+    the moments of their rewards and steps: a summary of 40,000 episodes of a dozen kinds is
+    a dozen groups (read grouped by the database, see `evaluation.selectors`)."""
+
+    status: str
+    achievements: frozenset[str]
+    rewards: Moments
+    steps: Moments
+
+    @property
+    def episodes(self) -> int:
+        return self.rewards.count
+
+
+def outcome_groups(outcomes: Iterable[EpisodeOutcome]) -> list[OutcomeGroup]:
+    by_kind: dict[tuple[str, frozenset[str]], list[EpisodeOutcome]] = defaultdict(list)
+    for o in outcomes:
+        by_kind[(o.status, o.achievements)].append(o)
+    return [
+        OutcomeGroup(
+            status=status,
+            achievements=achievements,
+            rewards=Moments.of([o.reward for o in alike]),
+            steps=Moments.of([float(o.steps) for o in alike]),
+        )
+        for (status, achievements), alike in by_kind.items()
+    ]
+
+
 def summarize(outcomes: Iterable[EpisodeOutcome]) -> Summary:
     """One set of episodes: rates with Wilson intervals, score with a bootstrap interval."""
-    outcomes = list(outcomes)
-    finished = sorted(
-        (o for o in outcomes if o.finished), key=lambda o: (o.seed, o.episode_id or 0)
-    )
-    failed = sum(o.status == FAILED for o in outcomes)
-    n = len(finished)
-    rates = success_rates(o.achievements for o in finished)
-    matrix = unlocked_matrix(o.achievements for o in finished)
-    counts = matrix.sum(axis=0)
+    return summarize_groups(outcome_groups(outcomes))
+
+
+def summarize_groups(groups: Iterable[OutcomeGroup]) -> Summary:
+    """`summarize` of the episodes the groups hold (in any order: the same summary)."""
+    groups = list(groups)
+    finished = [g for g in groups if g.status == FINISHED]
+    episodes = sum(g.episodes for g in groups)
+    failed = sum(g.episodes for g in groups if g.status == FAILED)
+    sizes = np.array([g.episodes for g in finished], dtype=np.int64)
+    n = int(sizes.sum())
+    matrix = unlocked_matrix(g.achievements for g in finished)
+    counts = sizes @ matrix if n else np.zeros(len(ACHIEVEMENTS))
+    rates = {
+        name: 100.0 * float(c) / n if n else 0.0
+        for name, c in zip(ACHIEVEMENTS, counts, strict=True)
+    }
     intervals = {}
     for i, name in enumerate(ACHIEVEMENTS):
         low, high = wilson_interval(int(counts[i]), n) if n else (0.0, 0.0)
         intervals[name] = (100 * low, 100 * high)
     score = crafter_score(rates)
     if n:
-        patterns, counts = alike_rows(matrix)
-        resampled = bootstrap(counts, lambda w: _score_of_rows(100 * (w @ patterns) / n))
+        # Groups that differ only in names crafter does not have are alike to the score.
+        patterns, inverse = _distinct_rows(matrix)
+        weights = np.bincount(inverse, weights=sizes, minlength=len(patterns)).astype(np.int64)
+        resampled = bootstrap(weights, lambda w: _score_of_rows(100 * (w @ patterns) / n))
         score_interval = percentile_interval(resampled)
     else:
         score_interval = (0.0, 0.0)
-    unique = [float(len(set(o.achievements) & set(ACHIEVEMENTS))) for o in finished]
-    mean_unique, unique_se = mean_and_se(unique)
-    reward, reward_se = mean_and_se([o.reward for o in finished])
-    steps, steps_se = mean_and_se([float(o.steps) for o in finished])
+    unique = sum(
+        (
+            Moments(g.episodes, float(row.sum()), 0.0)
+            for g, row in zip(finished, matrix, strict=True)
+        ),
+        Moments(),
+    )
+    mean_unique, unique_se = unique.mean_and_se()
+    reward, reward_se = sum((g.rewards for g in finished), Moments()).mean_and_se()
+    steps, steps_se = sum((g.steps for g in finished), Moments()).mean_and_se()
     share = 100 / len(ACHIEVEMENTS)
     return Summary(
-        episodes=len(outcomes),
+        episodes=episodes,
         finished=n,
         failed=failed,
-        unfinished=len(outcomes) - n - failed,
+        unfinished=episodes - n - failed,
         success_rates=rates,
         rate_intervals=intervals,
         crafter_score=score,

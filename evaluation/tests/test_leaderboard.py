@@ -7,6 +7,7 @@ import pytest
 from datasets.models import Dataset, DatasetVersion
 from evaluation import selectors
 from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.evaluation import summarize
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import record_batch
 from rollouts.turn_selection import TurnSelection, turns_selected
@@ -136,3 +137,38 @@ def test_the_leaderboard_is_cached_until_its_batches_episodes_change(
     assert (grown.summary.episodes, grown.summary.finished) == (5, 4)
     # collect_wood in 3 of 4 finished episodes: 75%.
     assert grown.summary.success_rates["collect_wood"] == 75.0
+
+
+def test_the_database_groups_episodes_as_a_summary_of_each_would(viewer_client):
+    batch = RolloutBatch.objects.create(
+        policy="openai", model="vlm-g", seeds=[0, 1, 2, 3, 4], status="finished", settings={}
+    )
+    rows = [
+        # seed, status, achievements (as stored: hostile shapes too), reward, steps
+        (0, "finished", {"collect_wood": 3, "place_table": 9}, 2.0, 100),
+        (1, "finished", {"place_table": 1, "collect_wood": 2}, 4.0, 200),  # same names
+        (2, "finished", ["collect_wood"], 0.0, 50),  # not an object: nothing unlocked
+        (3, "finished", {"not_an_achievement": 1}, 1.0, 50),
+        (4, "failed", {"collect_wood": 1}, 9.0, 10),
+    ]
+    Episode.objects.bulk_create(
+        Episode(batch=batch, seed=seed, status=status, achievements=a, total_reward=r, steps=n)
+        for seed, status, a, r, n in rows
+    )
+    (row,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    summary = row.summary
+    assert (summary.episodes, summary.finished, summary.failed) == (5, 4, 1)
+    assert summary.success_rates["collect_wood"] == summary.success_rates["place_table"] == 50.0
+    # Two achievements at 50%: e^(2 ln 51 / 22) - 1 = 0.42966%.
+    assert summary.crafter_score == pytest.approx(0.429663, abs=1e-6)
+    # Unique achievements 2, 2, 0, 0: mean 1, se sqrt((4 / 3) / 4) = 0.57735.
+    assert (summary.mean_unique, summary.mean_unique_se) == pytest.approx((1.0, 0.577350))
+    # Rewards 2, 4, 0, 1: mean 1.75, squares 8.75, se sqrt(8.75 / 3 / 4) = 0.853913.
+    assert (summary.mean_reward, summary.mean_reward_se) == pytest.approx((1.75, 0.853913))
+    # Steps 100, 200, 50, 50: mean 100, squares 15,000, se sqrt(5,000 / 4) = 35.3553.
+    assert (summary.mean_steps, summary.mean_steps_se) == pytest.approx((100.0, 35.35534))
+    # Episode by episode, the same summary to the last digit, bootstrap interval included.
+    (outcomes,) = selectors.outcomes_by_batch(batch_ids=[batch.id]).values()
+    one_by_one = summarize(outcomes)
+    assert one_by_one.score_interval == pytest.approx(summary.score_interval, abs=1e-12)
+    assert one_by_one.rate_intervals == summary.rate_intervals
