@@ -1,7 +1,7 @@
 """Export throughput and memory: prints one JSON object.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything .venv/bin/python \
-        benchmarks/export_throughput.py [--rows 20000]
+        benchmarks/export_throughput.py [--rows 20000] [--large-rows 1000000]
 
 Uses a database of its own, `studio_bench_export` on the server DATABASE_URL names (created
 and migrated here), and its own media root. Seeds with bulk_create, every turn with a frame
@@ -23,6 +23,9 @@ Figures:
   (target >= 0.5). Best of 3, export and raw loop interleaved.
 * peak RSS (VmHWM on Linux, else ru_maxrss) of a fresh process exporting ROWS and 4 x ROWS
   rows (target: less than 10% growth), each export in its own subprocess.
+* `--large-rows N`: one more baseline batch of N turns (each its own PNG; seeded once and
+  kept, ~1 KB of PNG a turn), exported once in a fresh process: rows/s and peak RSS at N
+  rows next to the same export of ROWS rows in the same run.
 """
 
 from __future__ import annotations
@@ -80,19 +83,28 @@ def _setup() -> None:
     django.setup()
 
 
-def _seed(rows: int) -> dict[str, int]:
-    """The three batches (see the module's docstring); reused when already there."""
+def _seed(rows: int, large_rows: int = 0) -> dict[str, int]:
+    """The three batches (see the module's docstring), and the large one when asked for;
+    reused when already there."""
+    from django.db.models import Max
+
     from rollouts.models import RolloutBatch, Turn
 
     wanted = {"bench-baseline": rows, "bench-recorded": rows, "bench-more": 3 * rows}
+    if large_rows:
+        wanted[f"bench-large-{large_rows}"] = large_rows
     existing = {b.name: b for b in RolloutBatch.objects.filter(name__in=wanted)}
     counts = {n: Turn.objects.filter(episode__batch=b).count() for n, b in existing.items()}
-    if counts == wanted:
-        return {name: batch.id for name, batch in existing.items()}
-    RolloutBatch.objects.filter(name__in=wanted).delete()
+    kept = {name: existing[name].id for name in wanted if counts.get(name) == wanted[name]}
+    if len(kept) == len(wanted):
+        return kept
+    RolloutBatch.objects.filter(name__in=set(wanted) - set(kept)).delete()
     samples = _sample_frames()
-    serial = iter(range(1, 10**9))
-    return {
+    # Distinct images across batches, those kept included: each run's serials start past
+    # every earlier run's (a batch holds fewer than 10 million turns; 4 bytes hold them).
+    last_batch = RolloutBatch.objects.aggregate(last=Max("id"))["last"] or 0
+    serial = iter(range(last_batch * 10**7 + 1, 2**32))
+    return kept | {
         name: _seed_batch(
             name=name,
             turns=total,
@@ -101,6 +113,7 @@ def _seed(rows: int) -> dict[str, int]:
             serial=serial,
         )
         for name, total in wanted.items()
+        if name not in kept
     }
 
 
@@ -278,7 +291,7 @@ def _throughput(batch_id: int) -> dict:
     }
 
 
-def main(rows: int) -> None:
+def main(rows: int, large_rows: int = 0) -> None:
     env = _bench_env()
     _create_database(env.pop("ADMIN_URL"))
     os.environ.update(env)
@@ -286,11 +299,38 @@ def main(rows: int) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    ids = _seed(rows)
+    started = time.perf_counter()
+    ids = _seed(rows, large_rows)
+    seed_seconds = time.perf_counter() - started
     baseline = _throughput(ids["bench-baseline"])
     recorded = _throughput(ids["bench-recorded"])
     small = _child_run(env, (ids["bench-baseline"],))
     large = _child_run(env, (ids["bench-baseline"], ids["bench-more"]))
+    at_scale = {}
+    if large_rows:
+        # The same export in a fresh process, of ROWS rows then of N (page cache warmed by
+        # the runs above for the first; the second reads what it must).
+        of_rows = _child_run(env, (ids["bench-baseline"],))
+        of_large = _child_run(env, (ids[f"bench-large-{large_rows}"],))
+        at_scale = {
+            "large_export": {
+                "rows": of_large["rows"],
+                "seconds": round(of_large["seconds"], 1),
+                "rows_per_s": round(of_large["rows"] / of_large["seconds"], 1),
+                "peak_rss_kb": of_large["maxrss_kb"],
+                "same_export_of_rows": {
+                    "rows": of_rows["rows"],
+                    "rows_per_s": round(of_rows["rows"] / of_rows["seconds"], 1),
+                    "peak_rss_kb": of_rows["maxrss_kb"],
+                },
+                "rows_per_s_ratio": round(
+                    (of_large["rows"] / of_large["seconds"])
+                    / (of_rows["rows"] / of_rows["seconds"]),
+                    3,
+                ),
+                "seed_seconds_this_run": round(seed_seconds, 1),
+            }
+        }
     print(
         json.dumps(
             {
@@ -306,6 +346,7 @@ def main(rows: int) -> None:
                 "rss_growth": round(large["maxrss_kb"] / small["maxrss_kb"] - 1, 4),
                 "rss_growth_target": 0.10,
                 "note": "shared 2-core machine: compare ratios, not rates",
+                **at_scale,
             }
         )
     )
@@ -315,8 +356,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--child", nargs="+", type=int, metavar="BATCH_ID")
     parser.add_argument("--rows", type=int, default=20_000, help="turns of each kind")
+    parser.add_argument(
+        "--large-rows", type=int, default=0, help="also export a batch of this many turns"
+    )
     args = parser.parse_args()
     if args.child:
         child(tuple(args.child))
     else:
-        main(args.rows)
+        main(args.rows, args.large_rows)
