@@ -23,6 +23,13 @@ def job_events(*, job: TrainingJob, limit: int = 500) -> list[TrainingEvent]:
     return newest
 
 
+def job_unsent(*, job_id: int) -> bool:
+    """Whether the job waits for the broker: saved, its task not yet sent."""
+    return TrainingJob.objects.filter(
+        id=job_id, status=TrainingJob.Status.PENDING, enqueued_at__isnull=True
+    ).exists()
+
+
 def job_summary(job: TrainingJob) -> dict[str, Any]:
     """The last line of `submit_training` and `training_status` (SPEC section 4)."""
     return {

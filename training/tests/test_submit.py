@@ -533,3 +533,24 @@ def test_a_browser_job_sends_its_endpoints_key_and_only_to_that_endpoint(
     job.refresh_from_db()
     assert "now points elsewhere" in job.error
     assert len(synth_server.requests) == count
+
+
+def test_it_saves_a_job_says_one_line_and_submits_it_when_the_broker_is_back(
+    broker_switch, synth_server, train_version, settings
+):
+    settings.STUDIO_REQUEUE_GRACE_SECONDS = 0
+    broker_switch.down()
+    outcome = submit(
+        "--dataset-version", str(train_version.id), "--base-url", synth_server.base_url
+    )
+    assert outcome.code == 0
+    assert outcome.stderr == (
+        "the task queue is unreachable; the job will be submitted when it is back\n"
+    )
+    job = TrainingJob.objects.get(id=outcome.summary["job_id"])
+    assert (job.status, job.enqueued_at) == ("pending", None)
+    assert synth_server.requests == []
+    broker_switch.up()
+    assert services.training_jobs_requeue_stale() == [job.id]  # what beat runs every minute
+    job = wait_for(job, "submitted", "running", "succeeded")
+    assert len(synth_server.calls("POST", "/learning/jobs")) == 1

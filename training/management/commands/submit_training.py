@@ -13,6 +13,7 @@ from django.conf import settings
 from datasets import services as dataset_services
 from datasets.models import Dataset
 from studio.commands import StudioCommand
+from studio.queue import QUEUE_UNREACHABLE
 from training import selectors, services
 from training.config import ConfigError, config_load
 from training.models import TrainingJob
@@ -99,6 +100,9 @@ class Command(StudioCommand):
             )
             return
         job = services.training_job_create(submission=submission)
+        if selectors.job_unsent(job_id=job.id):
+            # Saved, not lost: the periodic requeue sends it once the broker answers again.
+            self.stderr.write(f"{QUEUE_UNREACHABLE}; the job will be submitted when it is back")
         if options["wait"]:
             job = self._follow(job)
         self.stdout.write(json.dumps(selectors.job_summary(job)))
