@@ -155,17 +155,20 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
     else:
         recorded = _recorded_index(episode_id)
     turns = recorded.turns
-    flagged = [
-        bisect_left(turns, index)
-        for index in Turn.objects.filter(episode_id=episode_id, flagged=True)
+    flagged = []
+    for index in (
+        Turn.objects.filter(episode_id=episode_id, flagged=True)
         .order_by("index")
         .values_list("index", flat=True)
-    ]
+    ):
+        position = bisect_left(turns, index)  # turns are in ascending order
+        if position < len(turns) and turns[position] == index:
+            flagged.append(position)
     return EpisodeIndex(
         episode=episode,
         count=len(turns),
         recorded_json=recorded.json,
-        flagged=[p for p in flagged if p < len(turns)],
+        flagged=flagged,
         unlocked=recorded.unlocked,
         frame_digests=recorded.frame_digests,
     )
