@@ -151,19 +151,11 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
             f"viewer-index:1:{episode.id}:{episode.batch.created_at.isoformat()}:{ended}:"
             f"{episode.attempts}:{episode.status}:{episode.steps}"
         )
-        recorded = cached(key, lambda: _recorded_index(episode_id), seconds=VIEWER_CACHE_SECONDS)
+        recorded = cached(key, lambda: _recorded_index(episode_id)[0], seconds=VIEWER_CACHE_SECONDS)
+        flagged = _flagged_positions(episode_id, recorded.turns)
     else:
-        recorded = _recorded_index(episode_id)
+        recorded, flagged = _recorded_index(episode_id)
     turns = recorded.turns
-    flagged = []
-    for index in (
-        Turn.objects.filter(episode_id=episode_id, flagged=True)
-        .order_by("index")
-        .values_list("index", flat=True)
-    ):
-        position = bisect_left(turns, index)  # turns are in ascending order
-        if position < len(turns) and turns[position] == index:
-            flagged.append(position)
     return EpisodeIndex(
         episode=episode,
         count=len(turns),
@@ -174,7 +166,22 @@ def episode_index(*, episode_id: int) -> EpisodeIndex:
     )
 
 
-def _recorded_index(episode_id: int) -> _Recorded:
+def _flagged_positions(episode_id: int, turns: list[int]) -> list[int]:
+    """The positions of the episode's flagged turns (off turn_list_flagged_idx)."""
+    positions = []
+    for index in (
+        Turn.objects.filter(episode_id=episode_id, flagged=True)
+        .order_by("index")
+        .values_list("index", flat=True)
+    ):
+        position = bisect_left(turns, index)  # turns are in ascending order
+        if position < len(turns) and turns[position] == index:
+            positions.append(position)
+    return positions
+
+
+def _recorded_index(episode_id: int) -> tuple[_Recorded, list[int]]:
+    """The recorded columns, and the flagged positions read in the same query."""
     vitals = {
         f"vital_{name}": KeyTextTransform(name, KeyTransform("vitals", "frame__state"))
         for name in CHART_VITALS
@@ -184,12 +191,15 @@ def _recorded_index(episode_id: int) -> _Recorded:
     # its frame's step, sha256 and vitals; no JSON decoded per row.
     rows = list(
         turns.annotate(**vitals).values_list(
-            "index", "frame__step", "frame__sha256", "reward", *vitals
+            "index", "frame__step", "frame__sha256", "flagged", "reward", *vitals
         )
     )
     if not rows:
-        return _Recorded(json=_script_json({"count": 0}), turns=[], unlocked=[], frame_digests=b"")
-    indices, steps, frames, rewards, *series = (list(column) for column in zip(*rows, strict=True))
+        empty = _Recorded(json=_script_json({"count": 0}), turns=[], unlocked=[], frame_digests=b"")
+        return empty, []
+    indices, steps, frames, flags, rewards, *series = (
+        list(column) for column in zip(*rows, strict=True)
+    )
     position = {index: i for i, index in enumerate(indices)}
     # The few turns that failed or unlocked something, each off its partial index.
     errors = sorted(
@@ -225,9 +235,10 @@ def _recorded_index(episode_id: int) -> _Recorded:
             for name, values in zip(CHART_VITALS, series, strict=True)
         },
     }
-    return _Recorded(
+    recorded = _Recorded(
         json=_script_json(columns), turns=indices, unlocked=unlocked, frame_digests=digests
     )
+    return recorded, [i for i, flag in enumerate(flags) if flag]
 
 
 # What Django's `json_script` escapes: JSON that can sit inside a <script> element.
