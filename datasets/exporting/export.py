@@ -14,6 +14,7 @@ from pathlib import Path
 
 from datasets.export_options import ExportOptions, check_combination
 from datasets.exporting.files import ExportResult, OutputFiles
+from datasets.exporting.frames_ahead import FramesAhead
 from datasets.exporting.provider_checks import (
     ImageInfos,
     OpenAILimits,
@@ -50,7 +51,8 @@ def export_files(
     """
     check_combination(filters, options)
     splitting = options.val_fraction > 0 and val_output is not None
-    infos = ImageInfos(store or FrameStore())
+    frames = FramesAhead(store or FrameStore())
+    infos = ImageInfos(frames)
     files = OutputFiles(output=output, val_output=val_output if splitting else None)
     checks = provider_checks(options.format, infos, files=tuple(files.sinks))
     try:
@@ -67,6 +69,7 @@ def export_files(
             checks=checks,
             progress=progress,
             every=chunk_size,
+            frames_ahead=lambda chunk: frames.ahead(row.frame_name for row in chunk),
         )
         if progress is not None:
             progress(done)
@@ -76,6 +79,8 @@ def export_files(
     except BaseException:
         files.discard()
         raise
+    finally:
+        frames.close()
     files.result.reports = list(checks.reports.values())
     return files.result
 
@@ -134,11 +139,20 @@ def _write_rows(
     checks: TokenEstimate | OpenAILimits,
     progress: Callable[[int], None] | None,
     every: int,
+    frames_ahead: Callable[[list[TurnRow]], None],
 ) -> int:
-    """Build, check and write every row kept; the number of turns read."""
+    """Build, check and write every row kept; the number of turns read.
+
+    Each chunk's frames are read ahead while the chunk before it is built."""
     parse = JsonLists()
     done = 0
-    for chunk in _chunks(rows, every):
+    chunks = _chunks(rows, every)
+    upcoming = next(chunks, None)
+    if upcoming is not None:
+        frames_ahead(upcoming)
+    while upcoming is not None:
+        chunk, upcoming = upcoming, next(chunks, None)
+        frames_ahead(upcoming or [])
         episodes.read_for(chunk)
         for row in chunk:
             episode, split = episodes.of(row)
