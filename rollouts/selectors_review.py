@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,8 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
-from studio.pagination import BoundedCount, KeysetPage, count_bounded, keyset_page
+from rollouts.turn_selection import TurnSelection, turns_selected
+from studio.pagination import BoundedCount, KeysetPage, ValueGroups, count_bounded, keyset_page
 
 ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
 
@@ -355,7 +357,10 @@ def request_image_steps(messages: Any) -> list[int]:
 
 # Sort keys of the turn list's columns -> the ordering they stand for; newest first by default.
 # Each ends in a unique key (episode, index: turn_unique_episode_index) so that keyset pages
-# (cursors) are exact; the default is served by the index turn_list_order_idx.
+# (cursors) are exact. Every one is read off an index in its order, with or without filters
+# (see `turn_list_page`): the default and the episode's by turn_list_order_idx, the batch's
+# and seed's by episode_batch_order_idx / episode_seed_order_idx, the turn's index and reward
+# value by value (turn_sort_index_idx, turn_sort_reward_idx, turn_episode_reward_idx).
 TURN_SORTS: dict[str, tuple[str, ...]] = {
     "": ("-episode_id", "index"),
     "batch": ("episode__batch_id", "episode_id", "index"),
@@ -370,25 +375,60 @@ TURN_SORTS: dict[str, tuple[str, ...]] = {
     "-reward": ("-reward", "episode_id", "index"),
 }
 TURN_LIST_ORDER: tuple[str, ...] = TURN_SORTS[""]
+# Sorts whose episode conditions go on the joined episode row.
+_JOINED_SORTS = frozenset({"batch", "-batch", "seed", "-seed", "turn", "-turn"})
+# Sorts led by a column of the turn with few distinct values: read value by value.
+_VALUE_SORTS = {"reward": "reward", "-reward": "reward"}
 
 
 def turn_list_page(
     *,
-    turns: QuerySet[Turn],
+    selection: TurnSelection,
     sort: str = "",
     after: str | None = None,
     before: str | None = None,
     size: int,
 ) -> KeysetPage:
-    """One page of the turn list in the `sort` column's order, by cursor (keyset), never by
-    OFFSET: page 20,000 costs what page 1 costs."""
+    """One page of the turn list's `selection` in the `sort` column's order, by cursor
+    (keyset), never by OFFSET: page 20,000 costs what page 1 costs.
+
+    How the page is read depends on the order, so that PostgreSQL walks an index in it and
+    stops at the page's end whatever the filters (10 million turns):
+
+    - by episode (the default): the matching episodes' ids, an array, are the condition on
+      the turn list's index (`turns_selected(for_pages=True)`);
+    - by the episode's seed or batch: the conditions on the joined episode row, walked in
+      that order off an episode index, each episode's turns read in turn;
+    - by the turn's index or reward: value by value (`ValueGroups`), each value's turns of
+      the matching episodes through an index on (episode, value) or (value, episode).
+    """
+    order = TURN_SORTS.get(sort, TURN_LIST_ORDER)
+    groups = None
+    if sort in _JOINED_SORTS:
+        turns = turns_selected(selection, episode_joined=True)
+    else:
+        turns = turns_selected(selection, for_pages=True)
+        if sort in _VALUE_SORTS:
+            groups = ValueGroups(next_value=functools.partial(_turn_value, _VALUE_SORTS[sort]))
     return keyset_page(
         turns,
-        order=TURN_SORTS.get(sort, TURN_LIST_ORDER),
+        order=order,
         after=after,
         before=before,
         size=size,
         load=lambda keys: turn_list_page_rows(turns=Turn.objects.filter(pk__in=keys), sort=sort),
+        groups=groups,
+    )
+
+
+def _turn_value(field: str, after: Any, descending: bool) -> Any:
+    """The next value of the turn's `field` after `after` (the first when None), over every
+    turn: one step along the index that leads with it."""
+    turns = Turn.objects.all()
+    if after is not None:
+        turns = turns.filter(**{f"{field}__{'lt' if descending else 'gt'}": after})
+    return (
+        turns.order_by(f"-{field}" if descending else field).values_list(field, flat=True).first()
     )
 
 
@@ -448,6 +488,5 @@ def turn_bulk_flag_list_query(*, job: TurnBulkFlag) -> str:
     from urllib.parse import urlencode
 
     from rollouts.forms import TurnFilterForm
-    from rollouts.turn_selection import TurnSelection
 
     return urlencode(TurnFilterForm.query_for(TurnSelection.from_json(job.filters)))
