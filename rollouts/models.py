@@ -281,23 +281,28 @@ class Turn(models.Model):
                 condition=~models.Q(achievements_unlocked=[]),
             ),
             # The turn list sorted by turn index or by reward (rollouts.selectors_review
-            # .turn_list_page), in those orders; with the id, the flag and the reward beside
-            # the keys, a page's keys, and its "flagged" and reward filters, come from the
-            # index alone (a turn's row is kilobytes wide). By reward, a filter on episodes
-            # reads each value's turns episode by episode from turn_episode_reward_idx.
+            # .turn_list_page), in those orders; with the flag and the reward beside the keys,
+            # a page's keys (episode, index), and its "flagged" and reward filters, come from
+            # the index alone (a turn's row is kilobytes wide). By reward, a filter on
+            # episodes reads each value's turns episode by episode (turn_episode_reward_idx).
             models.Index(
                 fields=["index", "episode"],
-                include=["id", "flagged", "reward"],
+                include=["flagged", "reward"],
                 name="turn_sort_index_idx",
             ),
             models.Index(
+                fields=["-index", "episode"],
+                include=["flagged", "reward"],
+                name="turn_sort_index_desc_idx",
+            ),
+            models.Index(
                 fields=["reward", "episode", "index"],
-                include=["id", "flagged"],
+                include=["flagged"],
                 name="turn_sort_reward_idx",
             ),
             models.Index(
                 fields=["episode", "reward", "index"],
-                include=["id", "flagged"],
+                include=["flagged"],
                 name="turn_episode_reward_idx",
             ),
         ]

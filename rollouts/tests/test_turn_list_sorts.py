@@ -66,6 +66,7 @@ def world() -> dict[int, str]:
 
 MODEL_B = replace(EVERY_TURN, models=("m-b",))  # E2, E4, E5
 FLAGGED = replace(EVERY_TURN, flagged="only")  # E1.0, E2.2, E4.1, E4.2, E5.1
+MODEL_B_FLAGGED = replace(MODEL_B, flagged="only")  # E2.2, E4.1, E4.2, E5.1
 
 EXPECTED: dict[tuple[str, TurnSelection], str] = {
     ("", MODEL_B): "E5.0 E5.1 E4.0 E4.1 E4.2 E4.3 E2.0 E2.1 E2.2",
@@ -90,6 +91,17 @@ EXPECTED: dict[tuple[str, TurnSelection], str] = {
     ("-turn", FLAGGED): "E2.2 E4.2 E4.1 E5.1 E1.0",
     ("reward", FLAGGED): "E1.0 E4.2 E5.1 E4.1 E2.2",
     ("-reward", FLAGGED): "E2.2 E4.1 E1.0 E4.2 E5.1",
+    ("", MODEL_B_FLAGGED): "E5.1 E4.1 E4.2 E2.2",
+    ("episode", MODEL_B_FLAGGED): "E2.2 E4.1 E4.2 E5.1",
+    ("-episode", MODEL_B_FLAGGED): "E5.1 E4.1 E4.2 E2.2",
+    ("batch", MODEL_B_FLAGGED): "E2.2 E4.1 E4.2 E5.1",
+    ("-batch", MODEL_B_FLAGGED): "E5.1 E4.1 E4.2 E2.2",
+    ("seed", MODEL_B_FLAGGED): "E2.2 E5.1 E4.1 E4.2",
+    ("-seed", MODEL_B_FLAGGED): "E4.1 E4.2 E5.1 E2.2",
+    ("turn", MODEL_B_FLAGGED): "E4.1 E5.1 E2.2 E4.2",
+    ("-turn", MODEL_B_FLAGGED): "E2.2 E4.2 E4.1 E5.1",
+    ("reward", MODEL_B_FLAGGED): "E4.2 E5.1 E4.1 E2.2",
+    ("-reward", MODEL_B_FLAGGED): "E2.2 E4.1 E4.2 E5.1",
 }
 
 

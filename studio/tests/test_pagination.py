@@ -130,3 +130,36 @@ def test_it_counts_exactly_up_to_the_bound_then_estimates(turns):
     # to two significant figures, and marked as an estimate.
     assert estimate.estimated is True
     assert estimate.value == 36
+
+
+def test_it_reads_keys_of_the_order_s_own_fields_then_their_rows(turns):
+    # Keys as (episode, index), a unique pair the order ends in: the same pages as by id.
+    order = ("-reward", "episode_id", "index")
+
+    def load(keys):
+        return Turn.objects.filter(
+            id__in=[Turn.objects.get(episode_id=episode, index=index).id for episode, index in keys]
+        )
+
+    pages, after = [], None
+    while True:
+        page = keyset_page(
+            Turn.objects.all(),
+            order=order,
+            after=after,
+            size=7,
+            load=load,
+            key=("episode_id", "index"),
+        )
+        pages.append([t.id for t in page])
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    by_id, after = [], None
+    while True:
+        page = keyset_page(Turn.objects.all(), order=order, after=after, size=7)
+        by_id.append([t.id for t in page])
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert pages == by_id and len(pages) == 6
