@@ -466,10 +466,21 @@ def turn_list_page(
 
 
 def _turns_at(keys: list[tuple[int, int]]) -> QuerySet[Turn]:
-    """The turns of these (episode, index) pairs."""
-    at = Q(pk__in=[])
+    """The turns of these (episode, index) pairs: one condition per episode or per turn
+    index, whichever makes fewer (a page holds a few episodes, or a few turn indexes when
+    sorted by them); 51 pairs or-ed cost PostgreSQL ~6 ms to plan."""
+    by_episode: dict[int, list[int]] = {}
+    by_index: dict[int, list[int]] = {}
     for episode_id, index in keys:
-        at |= Q(episode_id=episode_id, index=index)
+        by_episode.setdefault(episode_id, []).append(index)
+        by_index.setdefault(index, []).append(episode_id)
+    at = Q(pk__in=[])
+    if len(by_episode) <= len(by_index):
+        for episode_id, indexes in by_episode.items():
+            at |= Q(episode_id=episode_id, index__in=indexes)
+    else:
+        for index, episodes in by_index.items():
+            at |= Q(index=index, episode_id__in=episodes)
     return Turn.objects.filter(at)
 
 
