@@ -1,7 +1,8 @@
 """The review pages at team scale: p50 / p95 server time per page at 100k turns and at N.
 
     python benchmarks/scale.py [--turns 10000000] [--small 100000] [--requests 20]
-                               [--reuse | --fresh] [--prepare-only]
+                               [--reuse | --fresh] [--prepare-only | --measure-only]
+                               [--pages PATTERN ...]
 
 Two PostgreSQL databases of its own, seeded once and kept between runs: `studio_scale_100k`
 (`--small`) and `studio_scale_10m` (`--turns`; other sizes get `studio_scale_<turns>`, or
@@ -27,11 +28,17 @@ request (load-independent; the database's work is not in it); `bytes` is the pag
 `_uncached` rows empty the cache before each request (the comparison's and leaderboard's
 statistics are cached per set of episodes, a long ended episode's index per episode). The
 machine may be shared: compare ratios.
+
+The turn list is timed with each filter (and none) in each of its sort orders too
+(`turn_list_model_by_seed`, `turn_list_by_reward_desc` for `sort=-reward`). `--pages`
+times only the pages whose names match a pattern (`--pages 'turn_list*_by_*'`);
+`--measure-only` times the databases as they are (no seeding, no migration).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import statistics
@@ -339,7 +346,26 @@ def time_page(client, path: str, requests: int, *, uncached: bool = False) -> di
 
 
 def pages(ids: dict[str, object]) -> dict[str, str]:
-    """The pages timed at both sizes: the same addresses."""
+    """The pages timed at both sizes: the same addresses. Each turn-list filter (and none)
+    also in every other sort order of the list: `turn_list_model_by_seed`,
+    `turn_list_by_reward_desc` (`sort=-reward`), ..."""
+    from rollouts.selectors_review import TURN_SORTS
+
+    table = _pages(ids)
+    filtered = {
+        name: path
+        for name, path in table.items()
+        if name.startswith("turn_list") and name != "turn_list_deep_page"
+    }
+    for name, path in filtered.items():
+        for sort in TURN_SORTS:
+            if sort:
+                suffix = f"{sort.lstrip('-')}{'_desc' if sort.startswith('-') else ''}"
+                table[f"{name}_by_{suffix}"] = f"{path}{'&' if '?' in path else '?'}sort={sort}"
+    return table
+
+
+def _pages(ids: dict[str, object]) -> dict[str, str]:
     return {
         "batch_list": "/rollouts/",
         "batch_detail_1000_episodes": f"/rollouts/{ids['batch_id']}/",
@@ -382,9 +408,14 @@ def deep_cursor(offset: int) -> str:
     return _encode(row, [(name.lstrip("-"), name.startswith("-")) for name in TURN_LIST_ORDER])
 
 
-def measure(client, ids, requests: int, viewer_requests: int) -> dict[str, dict]:
+def measure(
+    client, ids, requests: int, viewer_requests: int, only: list[str] | None = None
+) -> dict[str, dict]:
+    """Time the pages, or those whose names match one of the `only` patterns (fnmatch)."""
     out = {}
     for name, path in pages(ids).items():
+        if only and not any(fnmatch.fnmatchcase(name, pattern) for pattern in only):
+            continue
         out[name] = time_page(
             client,
             path,
@@ -572,8 +603,11 @@ def _ids() -> dict[str, object]:
     }
 
 
-def measure_database(database: str, requests: int, viewer_requests: int) -> dict:
-    """Time every page against `database` (prepared), as the superuser `scale`."""
+def measure_database(
+    database: str, requests: int, viewer_requests: int, only: list[str] | None = None
+) -> dict:
+    """Time every page (or the `only` ones) against `database` (prepared), as the superuser
+    `scale`."""
     _django(database)
     from django.contrib.auth.models import User
     from django.test import Client
@@ -583,7 +617,7 @@ def measure_database(database: str, requests: int, viewer_requests: int) -> dict
     )
     client = Client()
     client.force_login(user)
-    return measure(client, _ids(), requests, viewer_requests)
+    return measure(client, _ids(), requests, viewer_requests, only)
 
 
 def _child(*args: str) -> dict:
@@ -618,6 +652,17 @@ def main() -> None:
     )
     keep.add_argument("--fresh", action="store_true", help="drop and re-seed both databases")
     parser.add_argument("--prepare-only", action="store_true", help="seed / migrate, time nothing")
+    parser.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="time the databases as they are: no seeding, no migration (seeded earlier)",
+    )
+    parser.add_argument(
+        "--pages",
+        nargs="+",
+        metavar="PATTERN",
+        help="time only the pages whose names match (shell-style: 'turn_list_*_by_seed*')",
+    )
     parser.add_argument("--only-database", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=("prepare", "measure"), help=argparse.SUPPRESS)
     parser.add_argument("--database", help=argparse.SUPPRESS)
@@ -627,8 +672,11 @@ def main() -> None:
         print(json.dumps(prepare(args.database, count, args.fresh), default=str))
         return
     if args.child == "measure":
-        print(json.dumps(measure_database(args.database, args.requests, args.viewer_requests)))
+        timed = measure_database(args.database, args.requests, args.viewer_requests, args.pages)
+        print(json.dumps(timed))
         return
+    if args.measure_only and (args.prepare_only or args.fresh):
+        sys.exit("scale: --measure-only times the databases as they are")
     if args.turns <= args.small:
         sys.exit("scale: --turns must be more than --small")
     large_name = os.environ.get("BENCH_DATABASE") or (
@@ -639,7 +687,7 @@ def main() -> None:
     if args.only_database:
         sizes = [size for size in sizes if size[0] == args.only_database]
     prepared = {}
-    for name, count in sizes:
+    for name, count in [] if args.measure_only else sizes:
         flags = ["--fresh"] if args.fresh else []
         prepared[name] = _child(
             "--child", "prepare", "--database", name, "--turns", str(count), *flags
@@ -663,16 +711,21 @@ def main() -> None:
             str(args.requests),
             "--viewer-requests",
             str(args.viewer_requests),
+            *(["--pages", *args.pages] if args.pages else []),
         )
         load[name]["after"] = _load()
-    small, large = timed[small_name], timed[large_name]
+    small, large = timed.get(small_name, {}), timed.get(large_name, {})
     with_ratio = {
         name: {
-            f"at_{args.small}": small[name],
-            f"at_{args.turns}": large[name],
-            "p95_ratio": round(large[name]["p95_ms"] / max(small[name]["p95_ms"], 0.1), 2),
+            f"at_{args.small}": small.get(name),
+            f"at_{args.turns}": large.get(name),
+            "p95_ratio": (
+                round(large[name]["p95_ms"] / max(small[name]["p95_ms"], 0.1), 2)
+                if name in small and name in large
+                else None
+            ),
         }
-        for name in small
+        for name in {**small, **large}
     }
     print(
         json.dumps(

@@ -162,7 +162,13 @@ class Episode(models.Model):
                 fields=["batch", "seed", "sample"], name="episode_unique_batch_seed_sample"
             ),
         ]
-        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+        indexes = [
+            models.Index(fields=["status", "heartbeat_at"]),
+            # The turn list sorted by seed or batch walks the episodes in that order (and
+            # each one's turns off the turn indexes), stopping at the page's end.
+            models.Index(fields=["seed", "id"], name="episode_seed_order_idx"),
+            models.Index(fields=["batch", "id"], name="episode_batch_order_idx"),
+        ]
 
     def __str__(self) -> str:
         if self.sample:
@@ -273,6 +279,31 @@ class Turn(models.Model):
                 fields=["episode", "index"],
                 name="turn_unlocked_idx",
                 condition=~models.Q(achievements_unlocked=[]),
+            ),
+            # The turn list sorted by turn index or by reward (rollouts.selectors_review
+            # .turn_list_page), in those orders; with the flag and the reward beside the keys,
+            # a page's keys (episode, index), and its "flagged" and reward filters, come from
+            # the index alone (a turn's row is kilobytes wide). By reward, a filter on
+            # episodes reads each value's turns episode by episode (turn_episode_reward_idx).
+            models.Index(
+                fields=["index", "episode"],
+                include=["flagged", "reward"],
+                name="turn_sort_index_idx",
+            ),
+            models.Index(
+                fields=["-index", "episode"],
+                include=["flagged", "reward"],
+                name="turn_sort_index_desc_idx",
+            ),
+            models.Index(
+                fields=["reward", "episode", "index"],
+                include=["flagged"],
+                name="turn_sort_reward_idx",
+            ),
+            models.Index(
+                fields=["episode", "reward", "index"],
+                include=["flagged"],
+                name="turn_episode_reward_idx",
             ),
         ]
         permissions = [("review_turn", "Can flag and annotate turns and start batches")]

@@ -196,7 +196,9 @@ def options_from_json(cls, data: dict[str, Any]):
     return cls(**values)
 
 
-def turns_selected(selection: TurnSelection, *, for_pages: bool = False) -> QuerySet[Turn]:
+def turns_selected(
+    selection: TurnSelection, *, for_pages: bool = False, episode_joined: bool = False
+) -> QuerySet[Turn]:
     """Every turn the selection matches (unordered).
 
     Conditions on the episode and its batch are an EXISTS semi-join, never a join: a turn is
@@ -209,14 +211,28 @@ def turns_selected(selection: TurnSelection, *, for_pages: bool = False) -> Quer
     1,000 episodes deep. Not for whole-table reads (exports): a sequential scan would test
     each turn against the whole array; nor for counts: the planner's estimate, shown past
     STUDIO_EXACT_COUNT_UP_TO, assumes a short array.
+
+    `episode_joined` (pages in the order of an episode's column: seed, batch) puts the
+    conditions on the turn's own episode and batch rows, joined: the planner then walks the
+    episodes in that column's order off an episode index (episode_seed_order_idx,
+    episode_batch_order_idx), each tested once, and reads each one's turns, stopping at the
+    page's end. With the array on the turn's episode_id instead it sorted every matching turn
+    (a model's 3.3 million turns at 10M: 5.6 s).
     """
     qs = Turn.objects.all()
+    if episode_joined:
+        return _turn_conditions(qs.filter(_episode_conditions(selection, "episode__")), selection)
     episodes = _episodes_matching(selection)
     if episodes is not None:
         if for_pages and connection.vendor == "postgresql":
             qs = qs.filter(_AnyOf(F("episode_id"), ArraySubquery(episodes.values("id"))))
         else:
             qs = qs.filter(Exists(episodes.filter(id=OuterRef("episode_id"))))
+    return _turn_conditions(qs, selection)
+
+
+def _turn_conditions(qs: QuerySet[Turn], selection: TurnSelection) -> QuerySet[Turn]:
+    """The selection's conditions on the turn itself."""
     if selection.turn_unlocked:
         for name in selection.turn_unlocked:
             qs = qs.filter(_unlocked_lookup(name))
@@ -261,28 +277,41 @@ def turns_selected(selection: TurnSelection, *, for_pages: bool = False) -> Quer
 
 def _episodes_matching(selection: TurnSelection) -> QuerySet[Episode] | None:
     """The episode (and batch) conditions, or None when there are none."""
-    conditions = Q()
-    if selection.batches:
-        conditions &= Q(batch_id__in=selection.batches)
-    if selection.models:
-        conditions &= Q(batch__model__in=selection.models)
-    if selection.policies:
-        conditions &= Q(batch__policy__in=selection.policies)
-    if selection.seeds:
-        conditions &= Q(seed__in=selection.seeds)
-    if selection.require_achievements:
-        conditions &= Q(achievements__has_keys=list(selection.require_achievements))
-    if selection.exclude_achievements:
-        conditions &= ~Q(achievements__has_any_keys=list(selection.exclude_achievements))
-    if selection.min_unique is not None:
-        conditions &= Q(achievement_count__gte=selection.min_unique)
-    if selection.min_reward is not None:
-        conditions &= Q(total_reward__gte=selection.min_reward)
-    if grouping_on(selection):
-        conditions &= Q(id__in=kept_episodes(selection).values("id"))
+    conditions = _episode_conditions(selection)
     if not conditions:
         return None
     return Episode.objects.filter(conditions).order_by()
+
+
+def has_episode_conditions(selection: TurnSelection) -> bool:
+    """The selection narrows which episodes (or batches) the turns come from."""
+    return bool(_episode_conditions(selection))
+
+
+def _episode_conditions(selection: TurnSelection, prefix: str = "") -> Q:
+    """The episode (and batch) conditions on an Episode (`prefix` "": the episode itself,
+    "episode__": a turn's episode)."""
+    p = prefix
+    conditions = Q()
+    if selection.batches:
+        conditions &= Q(**{f"{p}batch_id__in": selection.batches})
+    if selection.models:
+        conditions &= Q(**{f"{p}batch__model__in": selection.models})
+    if selection.policies:
+        conditions &= Q(**{f"{p}batch__policy__in": selection.policies})
+    if selection.seeds:
+        conditions &= Q(**{f"{p}seed__in": selection.seeds})
+    if selection.require_achievements:
+        conditions &= Q(**{f"{p}achievements__has_keys": list(selection.require_achievements)})
+    if selection.exclude_achievements:
+        conditions &= ~Q(**{f"{p}achievements__has_any_keys": list(selection.exclude_achievements)})
+    if selection.min_unique is not None:
+        conditions &= Q(**{f"{p}achievement_count__gte": selection.min_unique})
+    if selection.min_reward is not None:
+        conditions &= Q(**{f"{p}total_reward__gte": selection.min_reward})
+    if grouping_on(selection):
+        conditions &= Q(**{f"{p}id__in": kept_episodes(selection).values("id")})
+    return conditions
 
 
 class _AnyOf(Lookup):

@@ -246,7 +246,7 @@ def turn_list(request: HttpRequest) -> HttpResponse:
     page = count = None
     if filters is not None:
         page = selectors_review.turn_list_page(
-            turns=turns_selected(filters, for_pages=True),
+            selection=filters,
             sort=sort,
             after=request.GET.get("after"),
             before=request.GET.get("before"),

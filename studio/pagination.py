@@ -39,6 +39,26 @@ class KeysetPage:
         return len(self.rows)
 
 
+@dataclass(frozen=True)
+class ValueGroups:
+    """How `keyset_page` reads an order whose first field has few distinct values (a turn's
+    index, its reward) when the rest of the query picks its rows by another column (the
+    turn's episode): value by value, each value's rows a keyset read of their own in the
+    rest of the order, `field = value AND ...`, which an index on (episode, value, ...) or
+    (value, episode, ...) serves row by row. In one query, walking an index on
+    (value, episode, ...) and testing each row, a filter on episodes made PostgreSQL step
+    over every other episode's turns of that value first (10 million turns, a model's
+    turns by reward: hundreds of thousands of index rows).
+
+    `next_value(value, descending)`: the field's next value after `value` in that direction
+    (its first when `value` is None), None past the last. After `max_values` values without
+    a full page (few rows each), the rest comes from one query, as without groups.
+    """
+
+    next_value: Callable[[Any, bool], Any]
+    max_values: int = 24
+
+
 def keyset_page(
     queryset: QuerySet,
     *,
@@ -47,22 +67,31 @@ def keyset_page(
     before: str | None = None,
     size: int,
     load: Callable[[list[Any]], Iterable[Any]] | None = None,
+    key: Sequence[str] = ("pk",),
+    groups: ValueGroups | None = None,
 ) -> KeysetPage:
     """One page of `queryset` in `order` (which must end in a unique key, e.g. "id").
 
     `after` / `before` are cursors from an earlier page; an invalid one gives the first page.
     Sort fields must not be NULL (SQL compares NULL with nothing): coalesce them first.
-    `load(keys)`: when given, the page's primary keys are read first from `queryset` and its
-    rows then by `load` (with their joins and columns), see `_page_rows`.
+    `load(keys)`: when given, the page's keys are read first from `queryset` and its rows
+    then by `load` (with their joins and columns), see `_page_rows`; a key is the primary key,
+    or the tuple of the `key` fields' values (a unique set of the order's own fields, which
+    its index holds: the keys then come from the index alone). `groups`: read
+    value by value of the first field (see `ValueGroups`); the same rows, the same cursors.
     """
     fields = [(name.lstrip("-"), name.startswith("-")) for name in order]
     after_values = _decode(after, len(fields))
     before_values = None if after_values is not None else _decode(before, len(fields))
-    if before_values is not None:
-        # Walk backwards from the cursor, then put the page back in reading order.
-        reverse = [f"{'' if desc else '-'}{name}" for name, desc in fields]
-        qs = queryset.filter(_beyond(fields, before_values, backwards=True)).order_by(*reverse)
-        rows = _page_rows(qs, size + 1, load)
+    backwards = before_values is not None
+    cursor = before_values if backwards else after_values
+    loader = _Loader(load, tuple(key)) if load is not None else None
+    if groups is None:
+        rows = _rows_beyond(queryset, fields, cursor, backwards, size + 1, loader)
+    else:
+        rows = _rows_by_value(queryset, fields, cursor, backwards, size + 1, loader, groups)
+    if backwards:
+        # Walked backwards from the cursor: put the page back in reading order.
         has_more_before = len(rows) > size
         rows = rows[:size][::-1]
         return KeysetPage(
@@ -70,10 +99,6 @@ def keyset_page(
             next_cursor=_encode(rows[-1], fields) if rows else None,
             previous_cursor=_encode(rows[0], fields) if rows and has_more_before else None,
         )
-    qs = queryset.order_by(*order)
-    if after_values is not None:
-        qs = qs.filter(_beyond(fields, after_values, backwards=False))
-    rows = _page_rows(qs, size + 1, load)
     has_more = len(rows) > size
     rows = rows[:size]
     return KeysetPage(
@@ -83,15 +108,75 @@ def keyset_page(
     )
 
 
-def _page_rows(qs: QuerySet, limit: int, load: Callable | None) -> list[Any]:
-    """The first `limit` rows of `qs`. With `load`, in two reads: the keys alone, then their
+def _rows_beyond(
+    queryset: QuerySet,
+    fields: list[tuple[str, bool]],
+    cursor: list[Any] | None,
+    backwards: bool,
+    limit: int,
+    load: _Loader | None,
+) -> list[Any]:
+    """The first `limit` rows after `cursor` in the order (before it, walking backwards)."""
+    ordering = [f"{'-' if desc != backwards else ''}{name}" for name, desc in fields]
+    qs = queryset.order_by(*ordering)
+    if cursor is not None:
+        qs = qs.filter(_beyond(fields, cursor, backwards=backwards))
+    return _page_rows(qs, limit, load)
+
+
+def _rows_by_value(
+    queryset: QuerySet,
+    fields: list[tuple[str, bool]],
+    cursor: list[Any] | None,
+    backwards: bool,
+    limit: int,
+    load: _Loader | None,
+    groups: ValueGroups,
+) -> list[Any]:
+    """`_rows_beyond`, value by value of the first field (see `ValueGroups`)."""
+    (head, head_desc), tail = fields[0], fields[1:]
+    descending = head_desc != backwards
+    if cursor is None:
+        value, tail_cursor = groups.next_value(None, descending), None
+    else:
+        value, tail_cursor = cursor[0], cursor[1:]
+    rows: list[Any] = []
+    for _ in range(groups.max_values):
+        if value is None:
+            return rows
+        same = queryset.filter(**{head: value})
+        rows += _rows_beyond(same, tail, tail_cursor, backwards, limit - len(rows), load)
+        if len(rows) >= limit:
+            return rows
+        value, tail_cursor = groups.next_value(value, descending), None
+    if value is None:
+        return rows
+    # Values with few rows each: the rest of the page in one query, from the last row read.
+    position = [_value_of(rows[-1], name) for name, _ in fields] if rows else cursor
+    return rows + _rows_beyond(queryset, fields, position, backwards, limit - len(rows), load)
+
+
+@dataclass(frozen=True)
+class _Loader:
+    load: Callable[[list[Any]], Iterable[Any]]
+    key: tuple[str, ...]
+
+
+def _page_rows(qs: QuerySet, limit: int, loader: _Loader | None) -> list[Any]:
+    """The first `limit` rows of `qs`. With a loader, in two reads: the keys alone, then their
     rows. Joined to the rows' relations, the planner misjudges how many rows a filter keeps and
     joins every match before sorting (10 million turns, a combined filter: 350 ms); the keys
     alone come from an index read in order that stops at the limit (20 ms)."""
-    if load is None:
+    if loader is None:
         return list(qs[:limit])
-    keys = list(qs.values_list("pk", flat=True)[:limit])
-    by_key = {row.pk: row for row in load(keys)}
+    if loader.key == ("pk",):
+        keys = list(qs.values_list("pk", flat=True)[:limit])
+        by_key = {row.pk: row for row in loader.load(keys)}
+    else:
+        keys = list(qs.values_list(*loader.key)[:limit])
+        by_key = {
+            tuple(getattr(row, name) for name in loader.key): row for row in loader.load(keys)
+        }
     return [by_key[key] for key in keys if key in by_key]
 
 

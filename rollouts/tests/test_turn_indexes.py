@@ -128,3 +128,35 @@ def test_it_reads_a_models_turns_from_its_episodes_on_not_from_the_newest_turn(p
     plan = _plan(_page(replace(EVERY_TURN, models=("",), flagged="only")))
     assert "turn_list_flagged_idx" in plan
     assert "Index Cond: (episode_id = ANY (" in plan
+
+
+def _sorted_page(filters: TurnSelection, sort: str):
+    """The keys query of the turn list's first page in `sort`'s order, as it runs."""
+    from django.test.utils import CaptureQueriesContext
+
+    from rollouts.selectors_review import turn_list_page
+
+    with CaptureQueriesContext(connection) as queries:
+        turn_list_page(selection=filters, sort=sort, size=50)
+    keys = next(q["sql"] for q in queries.captured_queries if '"index" AS "index"' in q["sql"])
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {keys}")
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_it_reads_pages_sorted_by_other_columns_off_indexes_in_their_order(played):
+    model = replace(EVERY_TURN, models=("",))
+    # By seed: the episodes walked in seed order, each one's turns read, then sorted by turn
+    # index within the episode only (an incremental sort), never every match.
+    plan = _sorted_page(model, "seed")
+    assert "episode_seed_order_idx" in plan and "Incremental Sort" in plan
+    assert "episode_batch_order_idx" in _sorted_page(model, "-batch")
+    assert "turn_sort_index_idx" in _sorted_page(EVERY_TURN, "turn")
+    assert "turn_sort_index_desc_idx" in _sorted_page(EVERY_TURN, "-turn")
+    # By reward, value by value: a value's turns of the matching episodes, episode by episode
+    # (on this table, where nearly every turn's reward is 0, off the list's own index).
+    plan = _sorted_page(model, "reward")
+    assert "Index Cond: (episode_id = ANY (" in plan
+    assert "Sort  (" not in plan.replace("Incremental Sort", "")  # within an episode at most
+    assert "Sort" not in _sorted_page(EVERY_TURN, "-reward")  # each value read in order

@@ -10,7 +10,7 @@ from django.db import connection
 
 from rollouts.models import Turn
 from rollouts.tests.helpers import record_batch
-from studio.pagination import count_bounded, keyset_page
+from studio.pagination import ValueGroups, count_bounded, keyset_page
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +62,43 @@ def test_it_walks_back_with_before_cursors(turns):
     assert first.previous_cursor is None and first.next_cursor
 
 
+def _rewards_after(value, descending):
+    """The next reward of any turn after `value` in that direction (the first when None)."""
+    turns = Turn.objects.all()
+    if value is not None:
+        turns = turns.filter(reward__lt=value) if descending else turns.filter(reward__gt=value)
+    return (
+        turns.order_by("-reward" if descending else "reward")
+        .values_list("reward", flat=True)
+        .first()
+    )
+
+
+@pytest.mark.parametrize("max_values", [1, 2, 24])
+@pytest.mark.parametrize("order", [("-reward", "id"), ("reward", "id")])
+def test_it_reads_value_by_value_the_same_pages_forwards_and_back(turns, order, max_values):
+    # max_values 1 and 2: past the bound, the rest of a page comes from one query.
+    groups = ValueGroups(next_value=_rewards_after, max_values=max_values)
+    expected = [
+        i for _, i in sorted(turns, key=lambda t: (t[0] * (-1 if order[0][0] == "-" else 1), t[1]))
+    ]
+    pages, after = [], None
+    while True:
+        page = keyset_page(Turn.objects.all(), order=order, after=after, size=5, groups=groups)
+        pages.append([t.id for t in page])
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert [i for p in pages for i in p] == expected
+    assert all(len(p) == 5 for p in pages[:-1])
+    back, before = [], page.previous_cursor
+    while before is not None:
+        page = keyset_page(Turn.objects.all(), order=order, before=before, size=5, groups=groups)
+        back.append([t.id for t in page])
+        before = page.previous_cursor
+    assert back[::-1] == pages[:-1]
+
+
 @pytest.mark.parametrize(
     "cursor",
     [
@@ -93,3 +130,36 @@ def test_it_counts_exactly_up_to_the_bound_then_estimates(turns):
     # to two significant figures, and marked as an estimate.
     assert estimate.estimated is True
     assert estimate.value == 36
+
+
+def test_it_reads_keys_of_the_order_s_own_fields_then_their_rows(turns):
+    # Keys as (episode, index), a unique pair the order ends in: the same pages as by id.
+    order = ("-reward", "episode_id", "index")
+
+    def load(keys):
+        return Turn.objects.filter(
+            id__in=[Turn.objects.get(episode_id=episode, index=index).id for episode, index in keys]
+        )
+
+    pages, after = [], None
+    while True:
+        page = keyset_page(
+            Turn.objects.all(),
+            order=order,
+            after=after,
+            size=7,
+            load=load,
+            key=("episode_id", "index"),
+        )
+        pages.append([t.id for t in page])
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    by_id, after = [], None
+    while True:
+        page = keyset_page(Turn.objects.all(), order=order, after=after, size=7)
+        by_id.append([t.id for t in page])
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert pages == by_id and len(pages) == 6
