@@ -71,7 +71,7 @@ def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_cont
         dataset=dataset,
         name="all",
         filters=TurnSelection(batches=(batch.id,)),
-        options=ExportOptions(val_fraction=0.34, history_frames=1),
+        options=ExportOptions(val_fraction=val_fraction, history_frames=1),
     )
     second = _wait(services.dataset_version_create(dataset=dataset, created_by=editor))
     assert second.number == 2 and second.sha256 == first.sha256
