@@ -301,11 +301,27 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
         batch_fail(batch=episode.batch, error=str(exc))
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
         return "failed"
+
+    def finish(totals: EpisodeTotals) -> bool:
+        # In the transaction of the episode's last rows: one commit writes them and ends it.
+        return _episode_end_rows(
+            episode=episode,
+            claim_token=token,
+            status=Episode.Status.FINISHED,
+            error="",
+            totals=totals,
+        )
+
     recorder = EpisodeRecorder(
-        episode=episode, settings=settings, policy=policy, claim_token=token, prefix=prefix
+        episode=episode,
+        settings=settings,
+        policy=policy,
+        claim_token=token,
+        prefix=prefix,
+        end=finish,
     )
     try:
-        totals = recorder.play()
+        recorder.play()  # ends the episode as finished with its last rows (`finish`)
     except ForkDiverged as exc:
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
         return "failed"
@@ -329,7 +345,6 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
         return "failed"
     finally:
         policy.close()
-    episode_finish(episode=episode, claim_token=token, totals=totals)
     return "finished"
 
 
@@ -361,52 +376,72 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
     )
 
 
-def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> None:
-    now = timezone.now()
+def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> bool:
+    """End the episode in a transaction of its own; False: the claim was lost."""
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # The episodes of a batch end together and each holds the batch row's lock until
-            # it commits: waiting for the WAL flush there queued them one flush after another.
-            # A crash that loses this commit leaves the episode running with an old heartbeat,
-            # and the periodic requeue plays it again (as for a worker that died).
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit = off")
-        ended = claims.job_finish(
-            model=Episode,
-            pk=episode.id,
-            token=claim_token,
-            status=status,
-            error=error,
-            **totals.as_fields(),
+        _commit_without_flush_wait()
+        return _episode_end_rows(
+            episode=episode, claim_token=claim_token, status=status, error=error, totals=totals
         )
-        if not ended:
-            return
-        counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
-        # One UPDATE of the batch row, so that the episodes ending together queue on its lock
-        # for one statement each, not three. Its SET clauses read the row as it was: this
-        # episode makes it complete when the ended count before it is one short.
-        complete = Q(episodes_total__lte=F("episodes_finished") + F("episodes_failed") + 1)
-        running = Q(status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING])
-        RolloutBatch.objects.filter(id=episode.batch_id).update(
-            **{counter: F(counter) + 1},
-            model_calls=F("model_calls") + totals.model_calls,
-            model_errors=F("model_errors") + totals.model_errors + totals.bad_outputs,
-            model_retries=F("model_retries") + totals.model_retries,
-            prompt_tokens=F("prompt_tokens") + totals.prompt_tokens,
-            completion_tokens=F("completion_tokens") + totals.completion_tokens,
-            # The last episode to end closes the batch (exactly once: the row is locked).
-            status=Case(
-                When(complete & running, then=Value(RolloutBatch.Status.FINISHED)),
-                default=F("status"),
-            ),
-            # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
-            finished_at=Case(
-                When(complete & running, then=Value(now)),
-                When(complete & Q(finished_at__isnull=True), then=Value(now)),
-                default=F("finished_at"),
-            ),
-        )
-        transaction.on_commit(lambda: _statistics_warm_if_closed(episode.batch_id, now))
+
+
+def _commit_without_flush_wait() -> None:
+    """This transaction's commit does not wait for the WAL flush (PostgreSQL).
+
+    The episodes of a batch end together and each holds the batch row's lock until it
+    commits: waiting for the WAL flush there queued them one flush after another. A crash
+    that loses such a commit leaves the episode running with an old heartbeat (or its last
+    chunk unwritten), and the periodic requeue plays it again, as for a worker that died.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
+
+
+def _episode_end_rows(
+    *, episode: Episode, claim_token: str, status: str, error: str, totals
+) -> bool:
+    """The episode's end and its batch's counters, inside the caller's transaction (the one
+    that also writes the episode's last rows, when it finishes: `EpisodeRecorder(end=...)`).
+    False: the claim was lost, and nothing was written."""
+    now = timezone.now()
+    ended = claims.job_finish(
+        model=Episode,
+        pk=episode.id,
+        token=claim_token,
+        status=status,
+        error=error,
+        **totals.as_fields(),
+    )
+    if not ended:
+        return False
+    counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
+    # One UPDATE of the batch row, so that the episodes ending together queue on its lock
+    # for one statement each, not three. Its SET clauses read the row as it was: this
+    # episode makes it complete when the ended count before it is one short.
+    complete = Q(episodes_total__lte=F("episodes_finished") + F("episodes_failed") + 1)
+    running = Q(status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING])
+    RolloutBatch.objects.filter(id=episode.batch_id).update(
+        **{counter: F(counter) + 1},
+        model_calls=F("model_calls") + totals.model_calls,
+        model_errors=F("model_errors") + totals.model_errors + totals.bad_outputs,
+        model_retries=F("model_retries") + totals.model_retries,
+        prompt_tokens=F("prompt_tokens") + totals.prompt_tokens,
+        completion_tokens=F("completion_tokens") + totals.completion_tokens,
+        # The last episode to end closes the batch (exactly once: the row is locked).
+        status=Case(
+            When(complete & running, then=Value(RolloutBatch.Status.FINISHED)),
+            default=F("status"),
+        ),
+        # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
+        finished_at=Case(
+            When(complete & running, then=Value(now)),
+            When(complete & Q(finished_at__isnull=True), then=Value(now)),
+            default=F("finished_at"),
+        ),
+    )
+    transaction.on_commit(lambda: _statistics_warm_if_closed(episode.batch_id, now))
+    return True
 
 
 # The leaderboard's warm-up lives in evaluation, which imports rollouts: it is sent by name,
