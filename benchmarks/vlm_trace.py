@@ -75,7 +75,7 @@ def install() -> None:
             _emit("postrun", cpu=time.thread_time() - getattr(_local, "cpu", time.thread_time()))
             _local.episode = None
 
-    _timed(services, "episode_claim", "claim")
+    _timed(services, "_episode_claim", "claim")  # with the episode read after it
     _timed(services, "build_policy", "policy")
     _timed(recorder.EpisodeRecorder, "_execute", "step")
     _timed(recorder, "text_observation", "text")

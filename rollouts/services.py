@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from django.conf import settings as django_settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Case, F, Q, Subquery, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from rollouts.crafter_env import library_versions
@@ -244,6 +244,12 @@ def batch_settings(batch: RolloutBatch) -> RolloutSettings:
 
 def episode_claim(*, episode_id: int) -> str | None:
     """Take the episode if it is pending, or running with a stale heartbeat (its worker died)."""
+    claimed = _episode_claim(episode_id=episode_id)
+    return claimed[0] if claimed is not None else None
+
+
+def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
+    """`episode_claim`, and the episode (with its batch) as it is once claimed."""
     token = claims.job_claim(
         model=Episode,
         pk=episode_id,
@@ -253,15 +259,19 @@ def episode_claim(*, episode_id: int) -> str | None:
     )
     if token is None:
         return None
-    # The batch's own row is filtered on its status (not a join's): an UPDATE that waited for
-    # the row's lock checks that again on the row as it then is. Through a join it did not,
-    # and a claim that waited behind the batch's last episode ending set a finished batch
-    # back to running, for good.
-    RolloutBatch.objects.filter(
-        id=Subquery(Episode.objects.filter(id=episode_id).order_by().values("batch_id")[:1]),
-        status=RolloutBatch.Status.PENDING,
-    ).update(status=RolloutBatch.Status.RUNNING, started_at=timezone.now())
-    return token
+    episode = Episode.objects.select_related("batch").get(id=episode_id)
+    # A batch that has started is never pending again (a resumed batch that had started goes
+    # back to running), so only the claims that still find it pending date its start: one
+    # UPDATE for the first episodes of a batch, none for the others.
+    if episode.batch.status == RolloutBatch.Status.PENDING:
+        # Filtered on the batch row's own status: an UPDATE that waited for the row's lock
+        # checks that again on the row as it then is. Through a join it did not, and a claim
+        # that waited behind the batch's last episode ending set a finished batch back to
+        # running, for good.
+        RolloutBatch.objects.filter(id=episode.batch_id, status=RolloutBatch.Status.PENDING).update(
+            status=RolloutBatch.Status.RUNNING, started_at=timezone.now()
+        )
+    return token, episode
 
 
 def episode_stale_after() -> timedelta:
@@ -275,13 +285,13 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
     `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
     operator gave when no admin-named endpoint is involved (`rollouts.model_endpoints`).
     """
-    token = episode_claim(episode_id=episode_id)
-    if token is None:
+    claimed = _episode_claim(episode_id=episode_id)
+    if claimed is None:
         status = Episode.objects.filter(id=episode_id).values_list("status", flat=True).first()
         if status in (Episode.Status.FINISHED, Episode.Status.FAILED, None):
             return "done_already"
         return "busy"
-    episode = Episode.objects.select_related("batch").get(id=episode_id)
+    token, episode = claimed
     if episode.attempts > 1:
         # A previous attempt may have left part of the episode: replace it, never add to it.
         with transaction.atomic():
