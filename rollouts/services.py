@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from django.conf import settings as django_settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import F
 from django.utils import timezone
 
 from rollouts.crafter_env import library_versions
@@ -425,33 +425,73 @@ def _episode_end_rows(
     )
     if not ended:
         return False
-    counter = "episodes_finished" if status == Episode.Status.FINISHED else "episodes_failed"
-    # One UPDATE of the batch row, so that the episodes ending together queue on its lock
-    # for one statement each, not three. Its SET clauses read the row as it was: this
-    # episode makes it complete when the ended count before it is one short.
-    complete = Q(episodes_total__lte=F("episodes_finished") + F("episodes_failed") + 1)
-    running = Q(status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING])
-    RolloutBatch.objects.filter(id=episode.batch_id).update(
-        **{counter: F(counter) + 1},
-        model_calls=F("model_calls") + totals.model_calls,
-        model_errors=F("model_errors") + totals.model_errors + totals.bad_outputs,
-        model_retries=F("model_retries") + totals.model_retries,
-        prompt_tokens=F("prompt_tokens") + totals.prompt_tokens,
-        completion_tokens=F("completion_tokens") + totals.completion_tokens,
-        # The last episode to end closes the batch (exactly once: the row is locked).
-        status=Case(
-            When(complete & running, then=Value(RolloutBatch.Status.FINISHED)),
-            default=F("status"),
-        ),
-        # A batch stopped by `batch_fail` keeps its status; its last episode dates its end.
-        finished_at=Case(
-            When(complete & running, then=Value(now)),
-            When(complete & Q(finished_at__isnull=True), then=Value(now)),
-            default=F("finished_at"),
-        ),
+    closed = _batch_count_end(
+        batch_id=episode.batch_id,
+        finished=status == Episode.Status.FINISHED,
+        totals=totals,
+        now=now,
     )
-    transaction.on_commit(lambda: _statistics_warm_if_closed(episode.batch_id, now))
+    if closed:
+        transaction.on_commit(lambda: _statistics_warm(episode.batch_id))
     return True
+
+
+def _batch_count_end(*, batch_id: int, finished: bool, totals, now) -> bool:
+    """Count an ended episode on its batch; True when it was the batch's last (it closed it).
+
+    One UPDATE of the batch row, so that the episodes ending together queue on its lock for
+    one statement each, not three. Its SET clauses read the row as it was: this episode
+    makes it complete when the ended count before it is one short. The last episode to end
+    closes the batch (exactly once: the row is locked); a batch stopped by `batch_fail` keeps
+    its status, and its last episode dates its end. Written in SQL: the same statement
+    through the ORM's expressions cost ~1.7 ms of CPU to build, every episode, on the cores
+    the episodes play on; with RETURNING it also says whether it closed the batch.
+    """
+    table = RolloutBatch._meta.db_table
+    counter = "episodes_finished" if finished else "episodes_failed"
+    complete = "episodes_total <= episodes_finished + episodes_failed + 1"
+    running = "status IN (%s, %s)"
+    open_statuses = [RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING]
+    ended_at = connection.ops.adapt_datetimefield_value(now)
+    returning = connection.vendor == "postgresql" or (
+        connection.vendor == "sqlite" and connection.Database.sqlite_version_info >= (3, 35)
+    )
+    counts = "status, episodes_finished + episodes_failed, episodes_total"
+    sql = (
+        f"UPDATE {table} SET {counter} = {counter} + 1, "
+        "model_calls = model_calls + %s, model_errors = model_errors + %s, "
+        "model_retries = model_retries + %s, prompt_tokens = prompt_tokens + %s, "
+        "completion_tokens = completion_tokens + %s, "
+        f"status = CASE WHEN {complete} AND {running} THEN %s ELSE status END, "
+        f"finished_at = CASE WHEN {complete} AND ({running} OR finished_at IS NULL) "
+        "THEN %s ELSE finished_at END "
+        "WHERE id = %s"
+        + (
+            " RETURNING status, episodes_finished + episodes_failed, episodes_total"
+            if returning
+            else ""
+        )
+    )
+    params = [
+        totals.model_calls,
+        totals.model_errors + totals.bad_outputs,
+        totals.model_retries,
+        totals.prompt_tokens,
+        totals.completion_tokens,
+        *open_statuses,
+        RolloutBatch.Status.FINISHED,
+        *open_statuses,
+        ended_at,
+        batch_id,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if not returning:  # the row is ours until the commit: read it as it now is
+            cursor.execute(f"SELECT {counts} FROM {table} WHERE id = %s", [batch_id])
+        row = cursor.fetchone()
+    # Ended, finished, and every episode counted: this episode closed it (the count moves
+    # past the total only if the batch ended before, and then it was not this one).
+    return row is not None and row[0] == RolloutBatch.Status.FINISHED and row[1] == row[2]
 
 
 # The leaderboard's warm-up lives in evaluation, which imports rollouts: it is sent by name,
@@ -459,17 +499,13 @@ def _episode_end_rows(
 STATISTICS_WARM_TASK = "evaluation.tasks.statistics_warm"
 
 
-def _statistics_warm_if_closed(batch_id: int, ended_at) -> None:
-    """After the commit (off the batch row's lock): when this episode closed the batch (its
-    end dated the batch's), have a worker warm the leaderboard's statistics. A send that
-    fails is only logged: the first viewer computes them instead."""
-    closed = RolloutBatch.objects.filter(
-        id=batch_id, status=RolloutBatch.Status.FINISHED, finished_at=ended_at
-    ).exists()
-    if closed:
-        from studio.celery import app
+def _statistics_warm(batch_id: int) -> None:
+    """After the commit (off the batch row's lock) of the episode that closed the batch: have a
+    worker warm the leaderboard's statistics. A send that fails is only logged: the first
+    viewer computes them instead."""
+    from studio.celery import app
 
-        queue.send(app.signature(STATISTICS_WARM_TASK))
+    queue.send(app.signature(STATISTICS_WARM_TASK))
 
 
 def batch_fail(*, batch: RolloutBatch, error: str) -> None:
