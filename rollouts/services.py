@@ -34,6 +34,8 @@ from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
 
+# A batch's episodes are sent on this many broker connections at once (`queue.resend`).
+ENQUEUE_CONNECTIONS = 4
 EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
 # A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
 Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
@@ -176,7 +178,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     if ids:
         # Re-sent episodes count as never sent until their new message has left.
         Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
-    return queue.resend(Episode, episode_run, ids)
+    return queue.resend(Episode, episode_run, ids, connections=ENQUEUE_CONNECTIONS)
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
