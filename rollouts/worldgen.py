@@ -11,7 +11,8 @@ order. Worlds, creatures and the random state afterwards are stock crafter's, bi
 
 We do not use `OpenSimplex.noise3array`: it is a numba `parallel=True` kernel, and numba's
 default threading layer aborts when two threads (a threaded Celery worker) launch one at
-once.
+once. Our kernels run on the calling thread and let go of the GIL while they run (`nogil`):
+a threaded worker's other episodes read their answers and send their next calls meanwhile.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from numba import njit
 from opensimplex.internals import _noise3
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _noise_grid(xs, ys, z, perm, perm_grad_index3):  # pragma: no cover - compiled
     out = np.empty((xs.size, ys.size))
     for i in range(xs.size):
@@ -68,13 +69,13 @@ COW, ZOMBIE, SKELETON = range(3)
 _DRAWS_PER_CELL = 6
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _noise(x, y, z, size, perm, perm_grad_index3):  # pragma: no cover - compiled
     """crafter's `_simplex(x, y, z, size)` for one size of weight 1 (`0 + 1 * n`, `/ 1`)."""
     return _noise3(x / size, y / size, z, perm, perm_grad_index3)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cover - compiled
     """crafter's per-cell rules; `draws` stands for the world's next uniform() values.
 
