@@ -76,12 +76,17 @@ def batch_create(
         # Without enqueue the caller plays them (`--inline`): stamped as handed over, so the
         # periodic requeue never sends them to workers behind its back.
         handed = None if enqueue else timezone.now()
-        Episode.objects.bulk_create(
+        episodes = Episode.objects.bulk_create(
             Episode(batch=batch, seed=seed, sample=sample, enqueued_at=handed)
             for seed in settings.seeds
             for sample in range(settings.samples_per_seed)
         )
-        if enqueue:
+        ids = [episode.id for episode in episodes]
+        if enqueue and all(ids) and batch.policy != RolloutBatch.Policy.HUMAN:
+            # New episodes, never sent: no need to look them up and clear their stamps first
+            # (two statements and a commit before the first message, on every episode's path).
+            transaction.on_commit(lambda: _episodes_send(ids))
+        elif enqueue:  # a database that does not return the new ids
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
 
@@ -166,8 +171,6 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     Returns how many were sent; fewer than asked when the broker is down, and those left
     are sent by the periodic requeue once it is back (their `enqueued_at` stays empty).
     """
-    from rollouts.tasks import episode_run
-
     if batch.policy == RolloutBatch.Policy.HUMAN:
         return 0  # a person plays these, in the browser
     ids = list(
@@ -178,6 +181,12 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     if ids:
         # Re-sent episodes count as never sent until their new message has left.
         Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
+    return _episodes_send(ids)
+
+
+def _episodes_send(ids: list[int]) -> int:
+    from rollouts.tasks import episode_run
+
     return queue.resend(Episode, episode_run, ids, connections=ENQUEUE_CONNECTIONS)
 
 
