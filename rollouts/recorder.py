@@ -368,7 +368,17 @@ class EpisodeRecorder:
         self._frames, self._turns = [], []
         self._wait_for_writer()
         if final or not self._background:
-            self._write_chunk(*chunk, end=end)
+            try:
+                self._write_chunk(*chunk, end=end)
+            except ClaimLost:
+                raise
+            except BaseException:
+                if end is not None:
+                    # The end failed and took the last rows with it: they are pending again,
+                    # so that saving what was played (`play`) writes them, without the end.
+                    self.store.stage_again(chunk[0])
+                    self._frames, self._turns = chunk[1] + self._frames, chunk[2] + self._turns
+                raise
             return
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer")
