@@ -2,8 +2,9 @@
 
 A local chat-completions server answers every call after 200 ms. A batch of 64 episodes x 5
 turns (one action per turn, so 320 calls) runs at batch `--concurrency 64` on real worker
-processes (`celery -A studio worker --pool threads --concurrency N`; by default 2 of them,
-one per core, 32 threads each), through Redis and PostgreSQL. The ideal is
+processes (`celery -A studio worker --pool threads --concurrency N`; by default 4 of them,
+16 threads each, the layout the README gives for a 2-core host), through Redis and
+PostgreSQL. The ideal is
 calls x 0.2 s / 64; the baseline is the same batch played one episode after another in one
 process, as synth-ai's scripts did. Both sides are best of `--repeat` runs.
 
@@ -15,7 +16,7 @@ steps (task received, claim, world generation, each call, rows, end), and adds w
 last timed run's episodes waited (`timeline`: milestones and gaps, seconds, p50/p90/max).
 
     python benchmarks/vlm_concurrency.py [--repeat N] [--skip-sequential] [--timeline]
-        [--episodes 64] [--turns 5] [--concurrency 64] [--workers 2] [--threads 32]
+        [--episodes 64] [--turns 5] [--concurrency 64] [--workers 4] [--threads 16]
 
 Reads DATABASE_URL (default: a `studio_bench` PostgreSQL database, created and migrated
 here) and CELERY_BROKER_URL (default redis://127.0.0.1:6379/0). Prints one JSON object.
@@ -43,7 +44,7 @@ EPISODES = 64
 TURNS = 5
 DELAY = 0.2
 CONCURRENCY = 64
-WORKERS = 2
+WORKERS = 4
 TARGET_IDEAL = 0.7
 TARGET_SEQUENTIAL = 10.0
 SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")

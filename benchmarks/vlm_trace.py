@@ -3,7 +3,9 @@
 Workers started with `-A benchmarks.vlm_trace` are the ordinary `studio` app, with the
 steps of an episode timed (wall clock, so that the processes' events line up) into
 `$VLM_TRACE_DIR/<pid>.jsonl`: task received and started, claim, world generation, each
-limiter wait, call and answer, each chunk of rows, the end. Only this benchmark loads it.
+limiter wait, call and answer, each chunk of rows, the end; and each step's own CPU time in its
+thread (`cpu_ms_per_episode`: what an episode costs a worker, step by step). Only this
+benchmark loads it.
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ def _timed(owner, name: str, event: str) -> None:
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         _emit(event + "_start")
+        cpu = time.thread_time()
         try:
             return original(*args, **kwargs)
         finally:
-            _emit(event + "_end")
+            # This thread's own CPU time in the step (inclusive of the steps inside it).
+            _emit(event + "_end", cpu=time.thread_time() - cpu)
 
     setattr(owner, name, wrapper)
 
@@ -62,16 +66,22 @@ def install() -> None:
     def prerun(task=None, args=None, **kwargs):
         if task is not None and task.name == "rollouts.tasks.episode_run":
             _local.episode = args[0]
+            _local.cpu = time.thread_time()
             _emit("prerun")
 
     @signals.task_postrun.connect(weak=False)
     def postrun(task=None, **kwargs):
         if task is not None and task.name == "rollouts.tasks.episode_run":
-            _emit("postrun")
+            _emit("postrun", cpu=time.thread_time() - getattr(_local, "cpu", time.thread_time()))
             _local.episode = None
 
-    _timed(services, "episode_claim", "claim")
-    _timed(services, "_episode_end", "end")
+    _timed(services, "_episode_claim", "claim")  # with the episode read after it
+    _timed(services, "build_policy", "policy")
+    _timed(recorder.EpisodeRecorder, "_execute", "step")
+    _timed(recorder, "text_observation", "text")
+    _timed(policy, "build_messages", "messages")
+    _timed(policy, "read_answer", "answer")
+    _timed(services, "_episode_end_rows", "end")
     _timed(crafter_env.StudioEnv, "reset", "reset")
     _timed(policy.OpenAIPolicy, "_post", "post")
     _timed(policy.OpenAIPolicy, "decide", "decide")
@@ -145,8 +155,19 @@ def summarize(directory: Path, *, start: float) -> dict[str, object]:
     call_s = []
     for r in rows:
         call_s += [a - p for p, a in zip(r["posts"], r["answers"], strict=False)]
+    # Each step's CPU time in its own thread, summed per episode, then the mean over episodes
+    # (ms); `task` is the whole task, so what is in no named step is `task` minus the others.
+    cpu: dict[str, float] = {}
+    for records in events.values():
+        for r in records:
+            if "cpu" in r:
+                name = "task" if r["e"] == "postrun" else r["e"].removesuffix("_end")
+                cpu[name] = cpu.get(name, 0.0) + r["cpu"]
     return {
         "episodes_traced": len(rows),
+        "cpu_ms_per_episode": {
+            name: round(1000 * total / max(len(rows), 1), 2) for name, total in sorted(cpu.items())
+        },
         "milestones_s": {
             name: spread([r[name] for r in rows])
             for name in (

@@ -55,6 +55,10 @@ class FrameStore:
         staged, self._staged = self._staged, []
         return staged
 
+    def stage_again(self, files: list[tuple[str, bytes]]) -> None:
+        """Put files taken by `take_staged` back in front, to be written with their rows."""
+        self._staged = list(files) + self._staged
+
     def write_many(self, files: list[tuple[str, bytes]]) -> None:
         for name, png in files:
             self._write(name, png)

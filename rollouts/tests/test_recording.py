@@ -115,6 +115,39 @@ def test_it_lets_one_worker_claim_an_episode_at_a_time(settings):
     assert services.episode_run(episode_id=episode.id) == "busy"
 
 
+def test_it_keeps_the_turns_played_when_ending_the_episode_fails():
+    from rollouts.policies import build_policy
+    from rollouts.recorder import EpisodeRecorder
+    from rollouts.rollout_settings import RolloutSettings
+
+    settings = RolloutSettings(policy="scripted", seeds=(3,), steps=4)
+    batch = services.batch_create(settings=settings, enqueue=False)
+    episode = batch.episodes.get()
+    token = services.episode_claim(episode_id=episode.id)
+    ended = []
+
+    def end(totals) -> bool:
+        ended.append(totals.steps)
+        raise RuntimeError("the database went away")
+
+    recorder = EpisodeRecorder(
+        episode=Episode.objects.get(id=episode.id),
+        settings=settings,
+        policy=build_policy(settings, seed=3),
+        claim_token=token,
+        end=end,
+    )
+    with pytest.raises(RuntimeError, match="went away"):
+        recorder.play()
+    assert ended == [4]
+    # The last rows went back with the failed end, and were saved without it.
+    assert episode.turns.count() == 4
+    frames = list(episode.frames.order_by("step"))
+    assert [f.step for f in frames] == [0, 1, 2, 3, 4]
+    assert all(default_storage.exists(f.image.name) for f in frames)
+    assert Episode.objects.get(id=episode.id).status == Episode.Status.RUNNING
+
+
 def test_it_replays_a_random_episode_identically():
     first = record_batch(policy="random", seeds=(11,), steps=50).episodes.get()
     second = record_batch(policy="random", seeds=(11,), steps=50).episodes.get()
