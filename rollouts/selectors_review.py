@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import functools
+import gc
 import json
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,8 +195,28 @@ def _flagged_positions(episode_id: int, turns: list[int]) -> list[int]:
     return positions
 
 
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """Python's cycle collector off for a while. A 10,000-turn index makes tens of thousands
+    of short-lived rows and lists, each freed as soon as its columns are built; counted as
+    allocations, they set off collections of the whole process's heap (60-70 ms, one page in
+    five at 10,000 turns: 113-121 ms p95 against 44-56 ms p50). None of them is a cycle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _recorded_index(episode_id: int) -> tuple[_Recorded, list[int]]:
     """The recorded columns, and the flagged positions read in the same query."""
+    with _no_collection():
+        return _read_recorded_index(episode_id)
+
+
+def _read_recorded_index(episode_id: int) -> tuple[_Recorded, list[int]]:
     vitals = {
         f"vital_{name}": KeyTextTransform(name, KeyTransform("vitals", "frame__state"))
         for name in CHART_VITALS
