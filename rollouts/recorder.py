@@ -23,6 +23,7 @@ from rollouts.models import Episode, Frame, Turn
 from rollouts.policies.base import Decision, Observation, PastTurn, Policy
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims
+from studio.transactions import commit_without_flush_wait
 
 logger = logging.getLogger(__name__)
 
@@ -413,11 +414,9 @@ class EpisodeRecorder:
         first, so no row names a missing file."""
         self.store.write_many(files)
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                # A chunk lost in a database crash costs nothing: an episode that did not end
-                # is replayed from the start. So don't wait for the WAL flush on every chunk.
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL synchronous_commit = off")
+            # A chunk lost in a database crash costs nothing: an episode that did not end is
+            # replayed from the start. So don't wait for the WAL flush on every chunk.
+            commit_without_flush_wait()
             if end is None:
                 renewed = claims.job_heartbeat(
                     model=Episode, pk=self.episode.id, token=self.claim_token, steps=steps

@@ -30,6 +30,7 @@ from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
 from studio import claims, queue
 from studio.errors import plain_error
+from studio.transactions import commit_without_flush_wait
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
@@ -400,23 +401,15 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
 def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> bool:
     """End the episode in a transaction of its own; False: the claim was lost."""
     with transaction.atomic():
-        _commit_without_flush_wait()
+        # The episodes of a batch end together and each holds the batch row's lock until it
+        # commits: waiting for the WAL flush there queued them one flush after another. A
+        # crash that loses such a commit leaves the episode running with an old heartbeat (or
+        # its last chunk unwritten), and the periodic requeue plays it again, as for a worker
+        # that died.
+        commit_without_flush_wait()
         return _episode_end_rows(
             episode=episode, claim_token=claim_token, status=status, error=error, totals=totals
         )
-
-
-def _commit_without_flush_wait() -> None:
-    """This transaction's commit does not wait for the WAL flush (PostgreSQL).
-
-    The episodes of a batch end together and each holds the batch row's lock until it
-    commits: waiting for the WAL flush there queued them one flush after another. A crash
-    that loses such a commit leaves the episode running with an old heartbeat (or its last
-    chunk unwritten), and the periodic requeue plays it again, as for a worker that died.
-    """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit = off")
 
 
 def _episode_end_rows(

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -28,6 +28,7 @@ from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recorder import EpisodeTotals
 from rollouts.rollout_settings import RolloutSettings, SettingsError
+from studio.transactions import commit_without_flush_wait
 
 HUMAN = RolloutBatch.Policy.HUMAN.value
 SNAPSHOT_SECONDS = 6 * 3600
@@ -103,11 +104,9 @@ def play_step(*, episode_id: int, action: str, turn: int) -> PlayResult:
     if action not in ACTION_INDEX:
         raise PlayError(f"action: {action!r} is not one of crafter's 17 actions")
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # A key press lost in a database crash is asked for again: the page syncs to the
-            # turns stored, and the game is rebuilt from them. Don't wait for the WAL flush.
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit = off")
+        # A key press lost in a database crash is asked for again: the page syncs to the
+        # turns stored, and the game is rebuilt from them. Don't wait for the WAL flush.
+        commit_without_flush_wait()
         episode = _locked_game(episode_id)
         # Read after the lock, in a statement of its own: it sees the turn that the press
         # before this one committed (a subquery of the locking statement would not).
