@@ -222,9 +222,11 @@ class Moments:
         return cls(len(values), mean, math.fsum((v - mean) ** 2 for v in values))
 
     def __add__(self, other: Moments) -> Moments:
+        if not other.count:
+            return self
+        if not self.count:
+            return other
         count = self.count + other.count
-        if not other.count or not self.count:
-            return self if other.count == 0 else other
         delta = other.mean - self.mean
         return Moments(
             count,

@@ -210,13 +210,9 @@ def _no_collection() -> Iterator[None]:
             gc.enable()
 
 
+@_no_collection()
 def _recorded_index(episode_id: int) -> tuple[_Recorded, list[int]]:
     """The recorded columns, and the flagged positions read in the same query."""
-    with _no_collection():
-        return _read_recorded_index(episode_id)
-
-
-def _read_recorded_index(episode_id: int) -> tuple[_Recorded, list[int]]:
     vitals = {
         f"vital_{name}": KeyTextTransform(name, KeyTransform("vitals", "frame__state"))
         for name in CHART_VITALS
