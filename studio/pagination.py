@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connections
 from django.db.models import Q, QuerySet
 
@@ -81,8 +82,12 @@ def keyset_page(
     value by value of the first field (see `ValueGroups`); the same rows, the same cursors.
     """
     fields = [(name.lstrip("-"), name.startswith("-")) for name in order]
-    after_values = _decode(after, len(fields))
-    before_values = None if after_values is not None else _decode(before, len(fields))
+    after_values = _fitting(queryset, fields, _decode(after, len(fields)))
+    before_values = (
+        None
+        if after_values is not None
+        else _fitting(queryset, fields, _decode(before, len(fields)))
+    )
     backwards = before_values is not None
     cursor = before_values if backwards else after_values
     loader = _Loader(load, tuple(key)) if load is not None else None
@@ -213,6 +218,23 @@ def _encode(row: Any, fields: list[tuple[str, bool]]) -> str:
     values = [_value_of(row, name) for name, _ in fields]
     raw = json.dumps(values, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _fitting(
+    queryset: QuerySet, fields: list[tuple[str, bool]], values: list[Any] | None
+) -> list[Any] | None:
+    """`values`, when each is a value its field of the order can hold; else None (the first
+    page). A cursor's JSON may hold a string or Infinity where the order has an integer,
+    which the query would refuse with an error, not a page."""
+    if values is None:
+        return None
+    query = queryset.query.chain()  # resolving a joined name adds its join: not to the page's
+    for (name, _), value in zip(fields, values, strict=True):
+        try:
+            query.resolve_ref(name).output_field.get_prep_value(value)
+        except (TypeError, ValueError, OverflowError, ValidationError):
+            return None
+    return values
 
 
 def _decode(cursor: str | None, length: int) -> list[Any] | None:

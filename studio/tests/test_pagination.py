@@ -117,6 +117,27 @@ def test_it_treats_a_forged_cursor_as_the_first_page(turns, cursor):
     assert page.previous_cursor is None
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["seven", 1, 2],  # a string for the episode's integer seed
+        ["Infinity", 1, 2],  # JSON's Infinity (written below): no integer holds it
+        [1, "x", 2],
+    ],
+)
+def test_a_cursor_whose_values_do_not_fit_the_order_is_the_first_page(turns, values):
+    # Sorted by a joined integer column, as the turn list's seed sort: the ORM refused these
+    # values (ValueError, OverflowError) and the page answered 500.
+    order = ("episode__seed", "episode_id", "index")
+    text = json.dumps(values).replace('"Infinity"', "Infinity")
+    cursor = base64.urlsafe_b64encode(text.encode()).decode()
+    first = keyset_page(Turn.objects.all(), order=order, size=5)
+    for direction in ("after", "before"):
+        page = keyset_page(Turn.objects.all(), order=order, size=5, **{direction: cursor})
+        assert [t.id for t in page] == [t.id for t in first], direction
+        assert page.previous_cursor is None
+
+
 def test_it_counts_exactly_up_to_the_bound_then_estimates(turns):
     exact = count_bounded(Turn.objects.all(), exact_up_to=36)
     assert (exact.value, exact.estimated) == (36, False)
