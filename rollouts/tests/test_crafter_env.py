@@ -84,6 +84,36 @@ def test_it_matches_a_plain_crafter_loop_for_the_first_steps(seed):
         assert expected_reward == reward
 
 
+@pytest.mark.parametrize("seed", [3, 11])
+def test_its_step_plays_as_crafters_step_code(seed):
+    # StudioEnv.step re-implements crafter.Env.step: crafter's own function, called on a twin
+    # game, is the reference. A long random game with sleep, through the night, so that
+    # creatures come near, move, attack and despawn, and arrows fly.
+    ours = StudioEnv(seed=seed, size=64, length=600)
+    twin = StudioEnv(seed=seed, size=64, length=600)
+    assert np.array_equal(ours.reset(), twin.reset())
+    rng = np.random.default_rng(seed)
+    creature_near = 0
+    done = False
+    while not done:
+        action = ACTION_INDEX["sleep"] if rng.uniform() < 0.1 else int(rng.integers(17))
+        pixels, reward, done, info = ours.step(action)
+        expected, expected_reward, expected_done, expected_info = crafter.Env.step(twin, action)
+        step = ours.step_count
+        assert np.array_equal(pixels, expected), f"frame at step {step}"
+        assert (reward, done) == (expected_reward, expected_done), f"step {step}"
+        assert np.array_equal(info.pop("semantic"), expected_info.pop("semantic"))
+        assert np.array_equal(info.pop("player_pos"), expected_info.pop("player_pos"))
+        assert info == expected_info, f"step {step}"
+        assert ours.state() == twin.state(), f"step {step}"
+        creature_near += any(
+            not isinstance(o, crafter.objects.Player) and ours._player.distance(o) < 18
+            for o in ours._world.objects
+        )
+    assert ours.step_count > 100
+    assert creature_near > 50, "creatures should come within reach of the player"
+
+
 def _drawn_by_crafter(env: StudioEnv) -> np.ndarray:
     """The frame as crafter's own `Env.render` draws it, with crafter's `LocalView` and
     `ItemView` code (the noise stays ours: it is the one reproducible change)."""
