@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import threading
 from pathlib import Path
 
 from django.core.files.base import ContentFile
@@ -12,7 +12,9 @@ from django.core.files.storage import Storage, default_storage
 
 # Directories known to exist, per process: frames fan out over 65,536 of them, and asking the
 # file system again for each new frame costs a system call.
-_KNOWN_DIRS: set[Path] = set()
+_KNOWN_DIRS: set[str] = set()
+# Names this process's temporary files apart from those of other hosts' processes.
+_WRITER_TOKEN = os.urandom(4).hex()
 
 
 def frame_name(sha256: str) -> str:
@@ -68,21 +70,38 @@ class FrameStore:
             if not self.storage.exists(name):
                 self.storage.save(name, ContentFile(png))
             return
-        path = self._root / name
-        if path.exists():
+        # Plain strings and system calls: a recorded step writes a new frame, and pathlib
+        # and tempfile made each write cost several times the system calls it needs.
+        path = self._root_prefix + name
+        if os.path.exists(path):
             return
-        if path.parent not in _KNOWN_DIRS:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _KNOWN_DIRS.add(path.parent)
-        # Write then rename: two workers storing the same frame never leave a torn file.
+        directory = os.path.dirname(path)
+        if directory not in _KNOWN_DIRS:
+            os.makedirs(directory, exist_ok=True)
+            _KNOWN_DIRS.add(directory)
+        # Write then rename: two workers storing the same frame never leave a torn file. The
+        # temporary name is this process's and thread's own (a random token tells apart
+        # processes of other hosts on shared storage); O_EXCL refuses a leftover.
+        writer = f"{_WRITER_TOKEN}-{os.getpid()}-{threading.get_ident()}"
+        tmp = f"{directory}/.tmp-{writer}-{os.path.basename(path)}"
         try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        except FileNotFoundError:  # removed since we made it
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o644)
-            fh.write(png)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:  # left by a writer that died between open and rename
+            os.unlink(tmp)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # the directory was removed since we made it
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.fchmod(fd, 0o644)  # whatever the umask: the web server reads these
+            view = memoryview(png)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
         os.replace(tmp, path)
 
     def read(self, name: str) -> bytes:

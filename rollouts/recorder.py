@@ -23,6 +23,7 @@ from rollouts.models import Episode, Frame, Turn
 from rollouts.policies.base import Decision, Observation, PastTurn, Policy
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims
+from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait
 
 logger = logging.getLogger(__name__)
@@ -423,8 +424,8 @@ class EpisodeRecorder:
                 )
                 if not renewed:
                     raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
-            Frame.objects.bulk_create(frames)
-            Turn.objects.bulk_create(turns)
+            copy_rows(frames)  # COPY on PostgreSQL: rows written on every step
+            copy_rows(turns)
             # The end checks the claim as the heartbeat does; a lost one undoes the rows.
             if end is not None and not end(self.totals):
                 raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
