@@ -96,7 +96,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
     # A statement a connection runs a second time is prepared on the server, which then
     # skips parsing and planning it: the recorder's inserts, the claims, heartbeats and ends
-    # repeat all day (PostgreSQL's CPU in a model batch: 0.52 -> 0.44 s). Behind a pooler
+    # repeat all day (PostgreSQL's CPU in a model batch: 0.51-0.57 -> 0.39-0.50 s). Behind a pooler
     # that cannot carry prepared statements (PgBouncer before 1.21 in transaction mode), set
     # STUDIO_DB_PREPARE_THRESHOLD=off.
     _prepare = env.str("STUDIO_DB_PREPARE_THRESHOLD", default="2").strip().lower()
