@@ -13,6 +13,8 @@ from django.core.files.storage import Storage, default_storage
 # Directories known to exist, per process: frames fan out over 65,536 of them, and asking the
 # file system again for each new frame costs a system call.
 _KNOWN_DIRS: set[str] = set()
+# A file of our own: created here, never an existing one.
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 # Names this process's temporary files apart from those of other hosts' processes.
 _WRITER_TOKEN = os.urandom(4).hex()
 
@@ -86,13 +88,13 @@ class FrameStore:
         writer = f"{_WRITER_TOKEN}-{os.getpid()}-{threading.get_ident()}"
         tmp = f"{directory}/.tmp-{writer}-{os.path.basename(path)}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, _NEW_FILE, 0o644)
         except FileExistsError:  # left by a writer that died between open and rename
             os.unlink(tmp)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, _NEW_FILE, 0o644)
         except FileNotFoundError:  # the directory was removed since we made it
             os.makedirs(directory, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, _NEW_FILE, 0o644)
         try:
             os.fchmod(fd, 0o644)  # whatever the umask: the web server reads these
             view = memoryview(png)

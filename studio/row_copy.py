@@ -1,6 +1,7 @@
 """`copy_rows`: new rows of one model written with PostgreSQL's COPY, for the hot writers.
 
-The recorder writes a frame and a turn for every step played. Through `bulk_create` they
+The recorder writes a frame and a turn for every step played, an import one for every row
+it reads. Through `bulk_create` they
 cost ~250 us of CPU a pair in the worker (Django prepares every field of every object, and
 its PostgreSQL bulk insert sends each column as an array, which psycopg escapes element by
 element in Python); through COPY ~100 us. COPY returns no ids, so they are drawn from the
@@ -21,6 +22,9 @@ from typing import Any
 
 from django.db import connection, models
 
+# n new ids of a table's id column (parameters: quoted table, column, n).
+_DRAW_IDS = "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)"
+
 
 def copy_rows(objs: Sequence[models.Model]) -> None:
     """Insert `objs` (new rows of one model) and set their primary keys."""
@@ -31,14 +35,14 @@ def copy_rows(objs: Sequence[models.Model]) -> None:
     if plan is None:
         model.objects.bulk_create(objs)
         return
-    sql, sequence_sql, sequence_params, columns = plan
+    sql, table, pk_column, columns = plan
     with connection.cursor() as cursor:
         # An object may have its id already: one whose insert was rolled back, written again
         # with the rows that point to it (as bulk_create, it keeps it).
         missing = sum(obj.pk is None for obj in objs)
         drawn: list[int] = []
         if missing:
-            cursor.execute(sequence_sql, [*sequence_params, missing])
+            cursor.execute(_DRAW_IDS, [table, pk_column, missing])
             drawn = [row[0] for row in cursor.fetchall()]
         new_ids = iter(drawn)
         ids = [next(new_ids) if obj.pk is None else obj.pk for obj in objs]
@@ -52,10 +56,9 @@ def copy_rows(objs: Sequence[models.Model]) -> None:
 
 
 @functools.cache
-def _plan(model: type[models.Model]) -> tuple[str, str, list[str], list[Callable]] | None:
-    """(COPY statement, statement drawing n ids and its parameters but n, a function giving
-    each column's value of an object), or None when a field is of a kind `copy_rows` does
-    not write."""
+def _plan(model: type[models.Model]) -> tuple[str, str, str, list[Callable]] | None:
+    """(COPY statement, quoted table, id column, a function giving each column's value of an
+    object), or None when a field is of a kind `copy_rows` does not write."""
     meta = model._meta
     pk = meta.pk
     if not isinstance(pk, models.AutoField | models.BigAutoField):
@@ -72,8 +75,7 @@ def _plan(model: type[models.Model]) -> tuple[str, str, list[str], list[Callable
     table = quote(meta.db_table)
     names = ", ".join(quote(field.column) for field in meta.concrete_fields if field is not pk)
     sql = f"COPY {table} ({quote(pk.column)}, {names}) FROM STDIN"
-    sequence = "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)"
-    return sql, sequence, [table, pk.column], columns
+    return sql, table, pk.column, columns
 
 
 def _column_value(field: models.Field) -> Callable[[models.Model], Any] | None:

@@ -22,6 +22,7 @@ from datasets.models import Dataset
 from rollouts.frame_store import FrameStore
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.turn_selection import TurnSelection
+from studio.row_copy import copy_rows
 
 # Rows per bulk insert.
 WRITE_CHUNK = 500
@@ -154,8 +155,8 @@ def _write(
             return frame
 
         def flush() -> None:
-            Frame.objects.bulk_create(pending_frames)
-            Turn.objects.bulk_create(pending_turns)
+            copy_rows(pending_frames)
+            copy_rows(pending_turns)
             pending_frames.clear()
             pending_turns.clear()
 
