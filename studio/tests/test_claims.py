@@ -17,7 +17,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from datasets.models import Dataset, DatasetVersion
-from rollouts.models import TurnBulkFlag
+from rollouts import services
+from rollouts.models import Episode, RolloutBatch, TurnBulkFlag
+from rollouts.rollout_settings import RolloutSettings
 from studio import claims
 from training.models import TrainingJob
 
@@ -209,3 +211,191 @@ def test_it_picks_what_the_requeue_sends_again(settings):
     TurnBulkFlag.objects.filter(id=just_made.id).update(created_at=now - timedelta(seconds=5))
     ids = claims.jobs_to_resend(rows=TurnBulkFlag.objects.all(), stale_after=STALE)
     assert ids[0] == stale.id and sorted(ids[1:]) == sorted([never_sent.id, lost.id])
+
+
+# An episode's claim (`services._episode_claim`, through `claims.job_claim_returning`): on
+# PostgreSQL one statement that returns the episode and its batch. What it returns is
+# compared with what the ORM's own `select_related("batch").get()` reads of the same row.
+
+
+def _episode(**fields) -> Episode:
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=(4, 9), steps=5), enqueue=False
+    )
+    episode = batch.episodes.get(seed=9)
+    if fields:
+        Episode.objects.filter(id=episode.id).update(**fields)
+    return episode
+
+
+def _columns(obj) -> dict:
+    """Every concrete field's value, with its type (a JSON text is not its dict)."""
+    return {
+        f.attname: (type(getattr(obj, f.attname)), getattr(obj, f.attname))
+        for f in type(obj)._meta.concrete_fields
+    }
+
+
+def _read(episode_id: int) -> Episode:
+    return Episode.objects.select_related("batch").get(id=episode_id)
+
+
+@pytest.mark.django_db
+def test_an_episode_claim_returns_the_rows_the_orm_reads_back(settings, django_assert_num_queries):
+    settings.STUDIO_EPISODE_STALE_SECONDS = 3600
+    sent = timezone.now() - timedelta(minutes=3)
+    source = _episode()
+    episode = _episode(
+        achievements={"collect_wood": 3, "place_table": 7},
+        total_reward=2.5,
+        enqueued_at=sent,
+        forked_from=source,
+        forked_at_turn=4,
+        fork_prefix_turns=5,
+        fork_with_correction=True,
+        prompt_tokens=12,
+    )
+    RolloutBatch.objects.filter(id=episode.batch_id).update(status="running")
+    # One statement on PostgreSQL (elsewhere the claim, then the read); the batch is running
+    # already: nothing else to write.
+    with django_assert_num_queries(1 if connection.vendor == "postgresql" else 2):
+        token, claimed = services._episode_claim(episode_id=episode.id)
+    expected = _read(episode.id)
+    assert _columns(claimed) == _columns(expected)
+    assert _columns(claimed.batch) == _columns(expected.batch)
+    # What the claim wrote, as the ORM reads it back.
+    assert (expected.status, expected.claim_token, expected.attempts) == ("running", token, 1)
+    assert expected.heartbeat_at == expected.started_at and expected.started_at > sent
+    assert expected.achievements == {"collect_wood": 3, "place_table": 7}
+    assert expected.batch.settings["seeds"] == [4, 9]
+    # Instances as a select_related read makes them: saved, from the database, batch cached.
+    for obj in (claimed, claimed.batch):
+        assert (obj._state.adding, obj._state.db) == (False, "default")
+    with django_assert_num_queries(0):
+        assert claimed.batch.id == episode.batch_id
+    assert claimed.forked_from_id == source.id
+    claimed.total_reward = 3.0  # and they save as ORM instances do
+    claimed.save(update_fields=["total_reward"])
+    assert _read(episode.id).total_reward == 3.0
+
+
+@pytest.mark.django_db
+def test_an_episode_claim_starts_a_pending_batch():
+    episode = _episode()
+    _token, claimed = services._episode_claim(episode_id=episode.id)
+    batch = RolloutBatch.objects.get(id=episode.batch_id)
+    assert batch.status == "running" and batch.started_at >= claimed.started_at
+    # The returned batch is the row as the claim found it (pending), as the ORM's read was.
+    assert claimed.batch.status == "pending"
+    assert _columns(claimed) == _columns(_read(episode.id))
+
+
+@pytest.mark.django_db
+def test_an_episode_claim_takes_over_a_stale_one(settings):
+    settings.STUDIO_EPISODE_STALE_SECONDS = 300
+    silent = timezone.now() - timedelta(seconds=301)
+    episode = _episode(
+        status="running", claim_token="dead", heartbeat_at=silent, started_at=silent, attempts=1
+    )
+    RolloutBatch.objects.filter(id=episode.batch_id).update(status="running")
+    token, claimed = services._episode_claim(episode_id=episode.id)
+    expected = _read(episode.id)
+    assert _columns(claimed) == _columns(expected)
+    assert _columns(claimed.batch) == _columns(expected.batch)
+    assert token not in ("dead", "") and expected.claim_token == token
+    assert (expected.status, expected.attempts, expected.error) == ("running", 2, "")
+    assert expected.heartbeat_at > silent and expected.started_at > silent
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"status": "finished", "claim_token": "t", "attempts": 1},
+        {"status": "failed", "claim_token": "t", "attempts": 1, "error": "boom"},
+        # Silent 4 min of a 5 min window: its worker is alive.
+        {"status": "running", "claim_token": "alive", "attempts": 1, "heartbeat_at": 240},
+    ],
+    ids=["finished", "failed", "fresh"],
+)
+def test_an_episode_claim_leaves_an_ended_or_held_one(settings, fields):
+    settings.STUDIO_EPISODE_STALE_SECONDS = 300
+    now = timezone.now()
+    fields = {**fields, "started_at": now - timedelta(hours=1)}
+    fields["heartbeat_at"] = now - timedelta(seconds=fields.get("heartbeat_at", 3600))
+    episode = _episode(**fields)
+    before = (_columns(_read(episode.id)), _columns(_read(episode.id).batch))
+    assert services._episode_claim(episode_id=episode.id) is None
+    assert services.episode_claim(episode_id=episode.id) is None
+    after = _read(episode.id)
+    assert (_columns(after), _columns(after.batch)) == before
+
+
+@pytest.mark.django_db
+def test_an_episode_claim_of_a_missing_episode_is_none():
+    assert services._episode_claim(episode_id=10**12) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_episode_goes_to_one_of_two_racing_claimers(settings):
+    settings.STUDIO_EPISODE_STALE_SECONDS = 3600
+    episode = _episode()
+    first_claimed = threading.Event()
+    release = threading.Event()
+    second_pid: dict = {}
+
+    def first():
+        with transaction.atomic():
+            claimed = services._episode_claim(episode_id=episode.id)
+            first_claimed.set()
+            # Hold the row locked, uncommitted, until the second claimer waits on it.
+            assert release.wait(60)
+        return claimed
+
+    def second():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            second_pid["pid"] = cursor.fetchone()[0]
+        assert first_claimed.wait(60)
+        return services._episode_claim(episode_id=episode.id)
+
+    one, first_box = _in_thread(first)
+    assert first_claimed.wait(60)
+    two, second_box = _in_thread(second)
+    try:
+        for _ in range(6000):
+            if "pid" in second_pid and _waits_on_a_lock(second_pid["pid"]):
+                break
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("the second claimer never waited on the row")
+    finally:
+        release.set()
+        one.join(60)
+        two.join(60)
+    assert "error" not in first_box and "error" not in second_box
+    token, claimed = first_box["value"]
+    assert second_box["value"] is None
+    expected = _read(episode.id)
+    assert (expected.status, expected.claim_token, expected.attempts) == ("running", token, 1)
+    assert _columns(claimed) == _columns(expected)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_episode_goes_to_exactly_one_of_many_simultaneous_claimers():
+    episode = _episode()
+    start = threading.Barrier(4)
+
+    def claim():
+        start.wait(60)
+        return services._episode_claim(episode_id=episode.id)
+
+    runs = [_in_thread(claim) for _ in range(4)]
+    for thread, _ in runs:
+        thread.join(60)
+    assert all("error" not in box for _, box in runs)
+    won = [box["value"] for _, box in runs if box["value"] is not None]
+    assert len(won) == 1 and len(runs) - len(won) == 3
+    expected = _read(episode.id)
+    assert (expected.claim_token, expected.attempts) == (won[0][0], 1)
+    assert RolloutBatch.objects.get(id=episode.batch_id).status == "running"
