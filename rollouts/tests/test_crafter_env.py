@@ -214,3 +214,81 @@ def test_it_generates_the_worlds_stock_crafter_generates():
 
     for seed in range(25):
         assert build(seed, stock.generate_world) == build(seed, worldgen.generate_world), seed
+
+
+def test_it_builds_opensimplexs_permutation_arrays():
+    from opensimplex.internals import _init
+
+    from rollouts.worldgen import permutation
+
+    rng = np.random.default_rng(0)
+    edges = [0, 1, -1, 2, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1]
+    near = [2**63 + d for d in range(-40, 40)] + [-(2**63) + d for d in range(-40, 40)]
+    randoms = rng.integers(-(2**63), 2**63 - 1, 300, endpoint=True).tolist()
+    # The seeds crafter passes: `world.random.randint(0, 2**31 - 1)`.
+    randoms += rng.integers(0, 2**31 - 1, 300).tolist()
+    for seed in edges + near + randoms + [2**64 + 7, -(2**70) + 3]:
+        expected = _init(seed)
+        got = permutation(seed)
+        for want, have in zip(expected, got, strict=True):
+            assert have.dtype == want.dtype and have.shape == want.shape, seed
+            assert np.array_equal(have, want), seed
+
+
+def test_it_generates_stock_worlds_when_the_first_draws_run_out(monkeypatch):
+    # generate_world draws `_FIRST_DRAWS` uniforms first and all a world could take when
+    # they run out; worlds never run out in practice, so make them.
+    from crafter import constants, engine, objects
+    from crafter import worldgen as stock
+
+    from rollouts import worldgen
+
+    def build(seed: int, generate) -> tuple:
+        world = engine.World((64, 64), constants.materials, (12, 12))
+        world.reset(seed=seed)
+        player = objects.Player(world, (32, 32))
+        world.add(player)
+        generate(world, player)
+        placed = [(type(o).__name__, tuple(o.pos)) for o in world.objects]
+        # Chunks in crafter's order, with crafter's own keys (numpy and Python ints alike).
+        chunks = [
+            (key, [type(v) for v in key], sorted(tuple(o.pos) for o in objs))
+            for key, objs in world._chunks.items()
+        ]
+        return world._mat_map.tobytes(), placed, chunks, world.random.uniform()
+
+    for first in (100, 3000):
+        monkeypatch.setattr(worldgen, "_FIRST_DRAWS", first)
+        for seed in range(3):
+            assert build(seed, stock.generate_world) == build(seed, worldgen.generate_world)
+
+
+def test_its_world_seeds_the_random_state_numpy_seeds():
+    from rollouts.crafter_env import _random_state
+
+    rng = np.random.default_rng(0)
+    for seed in [0, 1, 2**31 - 2, 2**32 - 1, *rng.integers(0, 2**31 - 1, 100).tolist()]:
+        expected, got = np.random.RandomState(seed), _random_state(seed)
+        want, have = expected.get_state(), got.get_state()
+        assert want[0] == have[0] and np.array_equal(want[1], have[1]), seed
+        assert want[2:] == have[2:], seed
+        assert np.array_equal(expected.random_sample(1000), got.random_sample(1000)), seed
+        assert expected.standard_normal() == got.standard_normal(), seed
+        assert expected.get_state()[2:] == got.get_state()[2:], seed
+
+
+def test_its_envs_share_what_they_draw_from_the_textures():
+    import pickle
+
+    first, second = StudioEnv(seed=1, size=64), StudioEnv(seed=2, size=64)
+    assert np.array_equal(first.reset(), _drawn_by_crafter(first))
+    assert np.array_equal(second.reset(), _drawn_by_crafter(second))
+    atlas = first._local_view._atlas[1]
+    assert atlas is second._local_view._atlas[1] and not atlas.flags.writeable
+    inventory = first._item_view(first._player.inventory, (7, 7))
+    assert inventory is second._item_view(second._player.inventory, (7, 7))
+    assert not inventory.flags.writeable
+    # A snapshot leaves them out and draws the same frame when loaded.
+    snapshot = pickle.dumps(first)
+    assert len(snapshot) < 60_000
+    assert np.array_equal(pickle.loads(snapshot).render(), first.render())
