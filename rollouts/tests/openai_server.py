@@ -105,6 +105,7 @@ class ChatServer:
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.requests: list[Received] = []
         self.bytes_sent = 0
+        self.connections = 0  # accepted so far: a client that keeps them alive opens few
         self.in_flight = 0
         self.max_in_flight = 0
         self._script: deque[Reply] = deque()
@@ -206,6 +207,11 @@ class ChatServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.connections += 1
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 import httpx2
 import openai
 
+from rollouts.policies.openai.plain_http import plain_http_mounts
+
 # What we decode ourselves, so that the decoded size is bounded while it is produced.
 ACCEPT_ENCODING = "gzip, deflate"
 
@@ -115,6 +117,9 @@ def bounded_http_client(*, max_bytes: int, timeout: float) -> httpx2.Client:
 
     return openai.DefaultHttpxClient(
         event_hooks={"response": [bound]},
+        # Plain-HTTP endpoints (a vLLM server on the network) over the standard library's
+        # HTTP client: a third of the CPU per call (`plain_http`).
+        mounts=plain_http_mounts(),
         # The key goes to the endpoint's URL, never on to where it redirects.
         follow_redirects=False,
     )
