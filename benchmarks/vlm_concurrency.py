@@ -173,6 +173,8 @@ def cpu_seconds(pids: list[int]) -> list[float]:
 
 
 def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
+    from django.db import connection
+
     from rollouts import services
     from rollouts.models import RolloutBatch
 
@@ -181,11 +183,15 @@ def run_batch(settings, *, timeout: float = 600) -> tuple[float, object]:
     batch.enqueue_s = time.monotonic() - started  # rows written and every task sent
     batch.wall_start = time.time() - batch.enqueue_s
     ended = (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED)
-    status = RolloutBatch.objects.filter(id=batch.id).values_list("status", flat=True)
+    table = RolloutBatch._meta.db_table
     while time.monotonic() - started < timeout:
-        # Only the status, every 20 ms: this process shares the cores with the workers, and
-        # reading the whole row each time cost it ~0.1 CPU-second a run.
-        if status.first() in ended:
+        # Only the status, every 20 ms, in plain SQL: this process shares the cores with the
+        # workers, and reading the whole row each time cost it ~0.1 CPU-second a run, the
+        # ORM's query for the status alone ~0.4 ms of CPU a poll.
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT status FROM {table} WHERE id = %s", [batch.id])
+            (status,) = cursor.fetchone()
+        if status in ended:
             elapsed = time.monotonic() - started
             batch.refresh_from_db()
             return elapsed, batch

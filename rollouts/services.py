@@ -35,8 +35,6 @@ from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
 
-# A batch's episodes are sent on this many broker connections at once (`queue.resend`).
-ENQUEUE_CONNECTIONS = 4
 EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
 # A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
 Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
@@ -188,7 +186,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
 def _episodes_send(ids: list[int]) -> int:
     from rollouts.tasks import episode_run
 
-    return queue.resend(Episode, episode_run, ids, connections=ENQUEUE_CONNECTIONS)
+    return queue.resend(Episode, episode_run, ids)
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:

@@ -9,11 +9,10 @@ the same row harmless.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.utils import timezone
-from kombu.exceptions import OperationalError
+from kombu.exceptions import BatchPublishError, OperationalError
 
 from studio.errors import plain_error
 
@@ -24,10 +23,9 @@ QUEUE_UNREACHABLE = "the task queue is unreachable"
 _RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
-# `resend` stamps what it sent in one UPDATE per this many rows, not one per row.
+# `resend` stamps what it sent in one UPDATE per this many rows, not one per row; it sends
+# them to the broker in one round trip per this many too (`_send_run`).
 STAMP_EVERY = 200
-# ... and splits ids over several connections only in runs of at least this many.
-MIN_RUN = 8
 
 
 def send(task: Any, *args: Any, producer: Any = None) -> bool:
@@ -52,32 +50,13 @@ def send_job(model, task, pk: int) -> bool:
     return True
 
 
-def resend(model, task, ids: list[int], *, connections: int = 1) -> int:
-    """Send each id; stamp `enqueued_at` on those sent. Returns how many were sent.
+def resend(model, task, ids: list[int]) -> int:
+    """Send each id, in order; stamp `enqueued_at` on those sent. Returns how many were sent:
+    the first ones, up to where the broker failed.
 
-    With one connection (the requeues), all go out on it in order and sending stops at the
-    first refused send, so the ids sent are the first ones. With `connections` > 1 (a new
-    batch's episodes) the ids are split in that many runs, each sent in order on a broker
-    connection of its own, in threads: a publish waits for the broker's answer, and on a busy
-    host each wait also waits for a core, one after another (64 episodes took 0.4-0.8 s to
-    send while the first ones already played). The stamps go in one UPDATE per
-    `STAMP_EVERY` rows, after the sends (were: 64 committed UPDATEs). A row sent but not yet
-    stamped is only sent again by the requeue, which is harmless.
+    A row sent but not yet stamped is only sent again by the requeue, which is harmless.
     """
-    runs = max(1, min(connections, len(ids) // MIN_RUN))
-    if runs <= 1:
-        sent = _send_run(task, ids)
-    else:
-        size = -(-len(ids) // runs)
-        with ThreadPoolExecutor(max_workers=runs, thread_name_prefix="resend") as pool:
-            sent = [
-                row_id
-                for run in pool.map(
-                    lambda start: _send_run(task, ids[start : start + size]),
-                    range(0, len(ids), size),
-                )
-                for row_id in run
-            ]
+    sent = _send_run(task, ids)
     now = timezone.now()
     for start in range(0, len(sent), STAMP_EVERY):
         model.objects.filter(id__in=sent[start : start + STAMP_EVERY]).update(enqueued_at=now)
@@ -85,14 +64,26 @@ def resend(model, task, ids: list[int], *, connections: int = 1) -> int:
 
 
 def _send_run(task: Any, ids: list[int]) -> list[int]:
-    """Send ids in order on one connection, up to the first refused send; the ids sent."""
+    """Send ids on one connection, `STAMP_EVERY` to a round trip (kombu's publish batch, on
+    Redis a pipeline; other brokers publish each at once); the ids sent.
+
+    A new batch's 64 episodes went one round trip each: on a busy host each also waited for
+    a core, and they took 0.13-0.63 s to send while the first ones already played (on 4
+    connections at once, in threads). A round trip that fails counts its ids as not sent,
+    though some may have arrived ("delivery is uncertain"): a second message finds the row
+    claimed or ended, and does nothing.
+    """
     sent: list[int] = []
     try:
-        with task.app.producer_or_acquire() as producer:
-            for row_id in ids:
-                if not send(task, row_id, producer=producer):
-                    break
-                sent.append(row_id)
-    except (OperationalError, OSError) as exc:  # the connection itself could not be had
+        with task.app.producer_or_acquire() as producer, producer.batch() as batch:
+            for start in range(0, len(ids), STAMP_EVERY):
+                run = ids[start : start + STAMP_EVERY]
+                for row_id in run:
+                    if not send(task, row_id, producer=producer):
+                        return sent
+                batch.flush()
+                sent += run
+    except (OperationalError, OSError, BatchPublishError) as exc:
+        # The connection could not be had, or a round trip failed.
         logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, task.name, plain_error(exc))
     return sent

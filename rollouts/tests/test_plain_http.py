@@ -148,7 +148,9 @@ def test_faults_are_the_librarys_own_errors(chat_server):
 
     # Too slow: the read timeout, as the library's transport reports it.
     chat_server.script(replies.slow(1.0))
-    slow = shared_client(base_url=chat_server.url, api_key="k", timeout=0.3, max_response_bytes=10**6)
+    slow = shared_client(
+        base_url=chat_server.url, api_key="k", timeout=0.3, max_response_bytes=10**6
+    )
     with pytest.raises(openai.APITimeoutError) as late:
         post(slow)
     assert isinstance(late.value.__cause__, httpx2.ReadTimeout)
