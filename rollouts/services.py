@@ -30,7 +30,7 @@ from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
 from studio import claims, queue
 from studio.errors import plain_error
-from studio.transactions import commit_without_flush_wait
+from studio.transactions import commit_without_flush_wait, fetch_and_commit
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
@@ -489,11 +489,16 @@ def _batch_count_end(*, batch_id: int, finished: bool, totals, now) -> bool:
         ended_at,
         batch_id,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if not returning:  # the row is ours until the commit: read it as it now is
+    if returning:
+        # The last statement of the episode's end: with its COMMIT, so that the batch row's
+        # lock is let go on the server, not after another round trip.
+        row = fetch_and_commit(sql, params)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            # The row is ours until the commit: read it as it now is.
             cursor.execute(f"SELECT {counts} FROM {table} WHERE id = %s", [batch_id])
-        row = cursor.fetchone()
+            row = cursor.fetchone()
     # Ended, finished, and every episode counted: this episode closed it (the count moves
     # past the total only if the batch ended before, and then it was not this one).
     return row is not None and row[0] == RolloutBatch.Status.FINISHED and row[1] == row[2]
