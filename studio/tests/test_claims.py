@@ -54,33 +54,32 @@ def _waits_on_a_lock(pid: int) -> bool:
     return bool(row) and row[0] == "Lock"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_it_gives_a_row_to_one_of_two_racing_claimers():
-    job = _job()
+def _race(claim):
+    """Two claimers of one row: the first claims in a transaction it holds open until the
+    second waits on the row's lock (polled in pg_stat_activity, not timed), then commits.
+    Returns (first's value, second's value)."""
     first_claimed = threading.Event()
     release = threading.Event()
     second_pid: dict = {}
 
-    def first() -> str | None:
+    def first():
         with transaction.atomic():
-            token = claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+            value = claim()
             first_claimed.set()
-            # Hold the row locked, uncommitted, until the second claimer waits on it.
             assert release.wait(60)
-        return token
+        return value
 
-    def second() -> str | None:
+    def second():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             second_pid["pid"] = cursor.fetchone()[0]
         assert first_claimed.wait(60)
-        return claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+        return claim()
 
     one, first_box = _in_thread(first)
     assert first_claimed.wait(60)
     two, second_box = _in_thread(second)
     try:
-        # The second UPDATE is blocked on the first's row lock (polled, not timed).
         for _ in range(6000):
             if "pid" in second_pid and _waits_on_a_lock(second_pid["pid"]):
                 break
@@ -92,11 +91,20 @@ def test_it_gives_a_row_to_one_of_two_racing_claimers():
         one.join(60)
         two.join(60)
     assert "error" not in first_box and "error" not in second_box
+    return first_box["value"], second_box["value"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_a_row_to_one_of_two_racing_claimers():
+    job = _job()
+    first, second = _race(
+        lambda: claims.job_claim(model=TurnBulkFlag, pk=job.id, stale_after=STALE)
+    )
     # The first committed "running" with a fresh heartbeat: re-checked after the wait, the
     # second's condition no longer holds, so it updates nothing.
-    assert len(first_box["value"]) == 32 and second_box["value"] is None
+    assert len(first) == 32 and second is None
     job.refresh_from_db()
-    assert (job.status, job.claim_token) == ("running", first_box["value"])
+    assert (job.status, job.claim_token) == ("running", first)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -340,42 +348,8 @@ def test_an_episode_claim_of_a_missing_episode_is_none():
 def test_an_episode_goes_to_one_of_two_racing_claimers(settings):
     settings.STUDIO_EPISODE_STALE_SECONDS = 3600
     episode = _episode()
-    first_claimed = threading.Event()
-    release = threading.Event()
-    second_pid: dict = {}
-
-    def first():
-        with transaction.atomic():
-            claimed = services._episode_claim(episode_id=episode.id)
-            first_claimed.set()
-            # Hold the row locked, uncommitted, until the second claimer waits on it.
-            assert release.wait(60)
-        return claimed
-
-    def second():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            second_pid["pid"] = cursor.fetchone()[0]
-        assert first_claimed.wait(60)
-        return services._episode_claim(episode_id=episode.id)
-
-    one, first_box = _in_thread(first)
-    assert first_claimed.wait(60)
-    two, second_box = _in_thread(second)
-    try:
-        for _ in range(6000):
-            if "pid" in second_pid and _waits_on_a_lock(second_pid["pid"]):
-                break
-            threading.Event().wait(0.01)
-        else:
-            pytest.fail("the second claimer never waited on the row")
-    finally:
-        release.set()
-        one.join(60)
-        two.join(60)
-    assert "error" not in first_box and "error" not in second_box
-    token, claimed = first_box["value"]
-    assert second_box["value"] is None
+    (token, claimed), second = _race(lambda: services._episode_claim(episode_id=episode.id))
+    assert second is None
     expected = _read(episode.id)
     assert (expected.status, expected.claim_token, expected.attempts) == ("running", token, 1)
     assert _columns(claimed) == _columns(expected)
