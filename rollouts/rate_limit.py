@@ -15,21 +15,11 @@ together. So the limiter lives in Redis:
 
 Both use Redis server time, so worker clocks need not agree. Without Redis (the embedded
 broker of `make demo`), the same limits hold in-process, shared by that process's threads.
-
-A slot is given back by a thread of the process's own (`_Releases`), several in one round
-trip when they come together: the episode's thread goes on to its game step at once. Its
-round trip, and the wait for the interpreter lock after it, had cost the episode 1.9 ms a
-call at the median and up to 85 ms on a busy 2-core host. A slot is never freed sooner
-than before, only a little later: the limit holds as it did.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
-import logging
-import os
-import queue
 import threading
 import time
 import uuid
@@ -38,8 +28,6 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 from django.conf import settings as django_settings
-
-logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "studio:vlm-limit"
 # A waiting request blocks on a wake-up list that each release pushes to (so waiters neither
@@ -141,11 +129,8 @@ class RedisLimiter(_LimiterBase):
         )
         return token if int(taken) == 1 else None
 
-    def release(self, token: str, *, client=None) -> None:
-        """Give the slot back now (`client`: a pipeline to queue the release on)."""
-        self._release(
-            keys=[self.slots_key, self.wake_key], args=[token, self.concurrency], client=client
-        )
+    def release(self, token: str) -> None:
+        self._release(keys=[self.slots_key, self.wake_key], args=[token, self.concurrency])
 
     @contextmanager
     def slot(self) -> Iterator[None]:
@@ -157,10 +142,9 @@ class RedisLimiter(_LimiterBase):
         try:
             yield
         finally:
-            _releases.put(self, token)
+            self.release(token)
 
     def in_flight(self) -> int:
-        _releases.wait()  # the slots this process has given back, given back
         return int(self.client.zcard(self.slots_key))
 
     def reserve(self) -> float:
@@ -168,72 +152,6 @@ class RedisLimiter(_LimiterBase):
             return 0.0
         wait = self._reserve(keys=[self.rate_key], args=[60.0 / self.requests_per_minute])
         return max(0.0, float(wait))
-
-
-class _Releases:
-    """The slots this process gives back, sent to Redis by a thread of their own."""
-
-    # The most releases sent in one round trip.
-    BATCH = 64
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[RedisLimiter, str]] = queue.SimpleQueue()
-        self._pending = 0
-        self._done = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-
-    def put(self, limiter: RedisLimiter, token: str) -> None:
-        with self._done:
-            self._pending += 1
-            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                # One thread a process (a forked child starts its own).
-                self._pid = os.getpid()
-                self._thread = threading.Thread(
-                    target=self._run, name="limiter-releases", daemon=True
-                )
-                self._thread.start()
-        self._queue.put((limiter, token))
-
-    def wait(self, timeout: float = 10.0) -> bool:
-        """Until every release put so far has been sent (False: still not after `timeout`)."""
-        with self._done:
-            return self._done.wait_for(lambda: self._pending == 0, timeout)
-
-    def _run(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                self._send(batch)
-            finally:
-                with self._done:
-                    self._pending -= len(batch)
-                    self._done.notify_all()
-
-    @staticmethod
-    def _send(batch: list[tuple[RedisLimiter, str]]) -> None:
-        by_client: dict[int, list[tuple[RedisLimiter, str]]] = {}
-        for limiter, token in batch:
-            by_client.setdefault(id(limiter.client), []).append((limiter, token))
-        for releases in by_client.values():
-            try:
-                with releases[0][0].client.pipeline(transaction=False) as pipe:
-                    for limiter, token in releases:
-                        limiter.release(token, client=pipe)
-                    pipe.execute()
-            except Exception:
-                # Not lost: an unreleased slot's lease expires (the request timeout + 30 s).
-                logger.warning("could not give %d limiter slots back", len(releases), exc_info=True)
-
-
-_releases = _Releases()
-# A worker that stops gives its last slots back before it goes (else their leases expire).
-atexit.register(_releases.wait, 2.0)
 
 
 class _ProcessState:
