@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 from django.db import connection
 
 
@@ -29,17 +30,18 @@ def fetch_and_commit(sql: str, params: list) -> tuple | None:
     the query string, and the block rolls back. The block's own commit then finds no
     transaction open (psycopg sends none) and runs its on_commit hooks as usual.
     """
+    # The one block that commits on exit: not nested, not a savepoint, not a caller's own
+    # transaction (autocommit turned off by hand), not already doomed to roll back.
     if (
         connection.vendor != "postgresql"
-        or len(getattr(connection, "atomic_blocks", ())) != 1
+        or len(connection.atomic_blocks) != 1
         or connection.savepoint_ids
+        or not connection.commit_on_exit
         or connection.needs_rollback
     ):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()
-    import psycopg
-
     connection.ensure_connection()
     # Parameters bound on this side (a client cursor): a query string of two statements
     # goes in one message, which server-side binding does not allow.

@@ -83,3 +83,16 @@ def test_inside_a_callers_transaction_it_leaves_the_commit_to_the_caller():
             fetch_and_commit(UPDATE, ["rolled back", 0, batch.id])
         raise RuntimeError("the caller fails after it")
     assert _seen_elsewhere(batch.id) == "inner"
+
+
+def test_in_a_transaction_opened_by_hand_it_leaves_the_commit_to_its_owner():
+    batch = _batch()
+    transaction.set_autocommit(False)
+    try:
+        with transaction.atomic():
+            assert fetch_and_commit(UPDATE, ["by hand", 0, batch.id]) == ("by hand",)
+        assert _seen_elsewhere(batch.id) == "before"
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert _seen_elsewhere(batch.id) == "by hand"
