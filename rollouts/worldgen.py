@@ -113,6 +113,13 @@ def _noise(x, y, z, size, perm, perm_grad_index3):  # pragma: no cover - compile
 
 
 @njit(cache=True, nogil=True)
+def _draw(draws, k):  # pragma: no cover - compiled
+    """The k-th of the world's next uniform() values (from 1); past the buffer, -1.0, which
+    no rule takes: `_lay_out` then reports that it ran out, and the world is laid out again."""
+    return draws[k - 1] if k <= draws.size else -1.0
+
+
+@njit(cache=True, nogil=True)
 def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cover - compiled
     """crafter's per-cell rules; `draws` stands for the world's next uniform() values.
 
@@ -127,8 +134,6 @@ def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cov
     width, height = start.shape
     codes = np.empty((width, height), np.int8)
     tunnels = np.zeros((width, height), np.bool_)
-    spawns = np.empty((width * height, 3), np.int64)
-    more = draws.size
     k = 0
     for x in range(width):
         for y in range(height):
@@ -150,21 +155,15 @@ def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cov
                     placed = False
                     if _noise(x, y, 1.0, 8, perm, grad) > 0:
                         k += 1
-                        if k > more:
-                            return codes, spawns[:0], -1
-                        if draws[k - 1] > 0.85:
+                        if _draw(draws, k) > 0.85:
                             code, placed = COAL, True
                     if not placed and _noise(x, y, 2.0, 6, perm, grad) > 0.4:
                         k += 1
-                        if k > more:
-                            return codes, spawns[:0], -1
-                        if draws[k - 1] > 0.75:
+                        if _draw(draws, k) > 0.75:
                             code, placed = IRON, True
                     if not placed and m > 0.18:
                         k += 1
-                        if k > more:
-                            return codes, spawns[:0], -1
-                        if draws[k - 1] > 0.994:
+                        if _draw(draws, k) > 0.994:
                             code, placed = DIAMOND, True
                     if not placed and m > 0.3 and _noise(x, y, 6.0, 5, perm, grad) > 0.35:
                         code = LAVA
@@ -174,11 +173,10 @@ def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cov
                 code = WATER
             elif _noise(x, y, 5.0, 7, perm, grad) > 0:
                 k += 1
-                if k > more:
-                    return codes, spawns[:0], -1
-                if draws[k - 1] > 0.8:
+                if _draw(draws, k) > 0.8:
                     code = TREE
             codes[x, y] = code
+    spawns = np.empty((width * height, 3), np.int64)
     n = 0
     for x in range(width):
         for y in range(height):
@@ -190,25 +188,21 @@ def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cov
             kind = -1
             if d > 3 and code == GRASS:
                 k += 1
-                if k > more:
-                    return codes, spawns[:0], -1
-                if draws[k - 1] > 0.985:
+                if _draw(draws, k) > 0.985:
                     kind = COW
             if kind < 0 and d > 10:
                 k += 1
-                if k > more:
-                    return codes, spawns[:0], -1
-                if draws[k - 1] > 0.993:
+                if _draw(draws, k) > 0.993:
                     kind = ZOMBIE
             if kind < 0 and code == PATH and tunnels[x, y]:
                 k += 1
-                if k > more:
-                    return codes, spawns[:0], -1
-                if draws[k - 1] > 0.95:
+                if _draw(draws, k) > 0.95:
                     kind = SKELETON
             if kind >= 0:
                 spawns[n, 0], spawns[n, 1], spawns[n, 2] = kind, x, y
                 n += 1
+    if k > draws.size:
+        return codes, spawns[:0], -1  # what was laid out past the buffer is not the world
     return codes, spawns[:n], k
 
 
