@@ -61,9 +61,11 @@ class PlainHttpTransport(httpx2.BaseTransport):
             sock = _connect(origin, timeouts.get("connect"), request)
         try:
             sock.settimeout(timeouts.get("write"))
-            sock.sendall(head + body if len(body) < CHUNK_BYTES else head)
-            if len(body) >= CHUNK_BYTES:
-                sock.sendall(body)
+            if len(body) < CHUNK_BYTES:
+                sock.sendall(head + body)  # a request of a few KB in one segment
+            else:
+                sock.sendall(head)
+                sock.sendall(body)  # a large body is not copied onto its head
         except TimeoutError as exc:
             sock.close()
             raise httpx2.WriteTimeout(str(exc) or "timed out", request=request) from exc
