@@ -138,3 +138,65 @@ def test_it_uses_redis_when_the_broker_is_redis(endpoint, settings):
     with limiter.slot():
         assert limiter.in_flight() == 1
     assert limiter.in_flight() == 0
+
+
+@needs_redis
+def test_each_thread_keeps_one_connection_and_gives_it_back_when_it_ends(endpoint):
+    limiter = worker_limiter(endpoint, concurrency=8)
+    pool = limiter.client.connection_pool
+    called = threading.Barrier(9)
+    go_on = threading.Event()
+
+    def request() -> None:
+        with limiter.slot():
+            pass
+        called.wait(10)
+        go_on.wait(10)
+
+    for _ in range(2):
+        go_on.clear()
+        threads = [threading.Thread(target=request) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        called.wait(10)
+        # Between calls, each living thread keeps its connection (a shared pool's connection
+        # would be back in the pool after every command).
+        assert len(pool._in_use_connections) == 8
+        go_on.set()
+        for thread in threads:
+            thread.join()
+        # An ended thread's connection is back in the pool, for the next threads to take:
+        # two rounds of 8 threads open 8 connections, not 16.
+        assert len(pool._in_use_connections) == 0
+        assert len(pool._available_connections) == 8
+    assert limiter.in_flight() == 0
+
+
+@needs_redis
+def test_a_forked_child_opens_its_own_connection(endpoint):
+    import multiprocessing
+
+    from rollouts.rate_limit import _own_client
+
+    limiter = worker_limiter(endpoint, concurrency=4)
+    with limiter.slot():
+        pass
+    parent_port = _own_client(limiter.client).connection._sock.getsockname()[1]
+    context = multiprocessing.get_context("fork")
+    ours, theirs = context.Pipe()
+
+    def child() -> None:
+        with limiter.slot():
+            theirs.send(_own_client(limiter.client).connection._sock.getsockname()[1])
+
+    process = context.Process(target=child)
+    process.start()
+    assert ours.poll(10)
+    child_port = ours.recv()
+    process.join(10)
+    assert process.exitcode == 0
+    # The child talked to Redis on a socket of its own; the parent's still answers it.
+    assert child_port != parent_port
+    with limiter.slot():
+        assert limiter.in_flight() == 1
+    assert limiter.in_flight() == 0
