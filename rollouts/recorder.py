@@ -424,8 +424,7 @@ class EpisodeRecorder:
                 )
                 if not renewed:
                     raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
-            copy_rows(frames)  # COPY on PostgreSQL: rows written on every step
-            copy_rows(turns)
+            copy_rows(frames, turns)  # COPY on PostgreSQL: rows written on every step
             # The end checks the claim as the heartbeat does; a lost one undoes the rows.
             if end is not None and not end(self.totals):
                 raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")

@@ -5,7 +5,8 @@ it reads. Through `bulk_create` they
 cost ~250 us of CPU a pair in the worker (Django prepares every field of every object, and
 its PostgreSQL bulk insert sends each column as an array, which psycopg escapes element by
 element in Python); through COPY ~100 us. COPY returns no ids, so they are drawn from the
-table's sequence first, in one statement, and set on the objects, as `bulk_create` does.
+tables' sequences first, in one statement for all the groups written together, and set on
+the objects, as `bulk_create` does.
 
 Only for models with an automatic id whose every other column is a boolean, number, text,
 date (not auto_now), foreign key, JSON (`json.dumps` with the field's encoder, as Django
@@ -22,37 +23,52 @@ from typing import Any
 
 from django.db import connection, models
 
-# n new ids of a table's id column (parameters: quoted table, column, n).
-_DRAW_IDS = "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)"
+# n new ids of a table's id column, as an array (parameters: quoted table, column, n).
+_DRAW_IDS = "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))"
 
 
-def copy_rows(objs: Sequence[models.Model]) -> None:
-    """Insert `objs` (new rows of one model) and set their primary keys."""
-    if not objs:
+def copy_rows(*groups: Sequence[models.Model]) -> None:
+    """Insert each group of new rows (objects of one model), group after group, and set their
+    primary keys. The ids of all the groups are drawn in one round trip: the recorder writes
+    a chunk's frames and turns together."""
+    groups = tuple(objs for objs in groups if objs)
+    if not groups:
         return
-    model = type(objs[0])
-    plan = _plan(model) if connection.vendor == "postgresql" else None
-    if plan is None:
-        model.objects.bulk_create(objs)
-        return
-    sql, table, pk_column, columns = plan
+    postgresql = connection.vendor == "postgresql"
+    plans = [_plan(type(objs[0])) if postgresql else None for objs in groups]
     with connection.cursor() as cursor:
-        # An object may have its id already: one whose insert was rolled back, written again
-        # with the rows that point to it (as bulk_create, it keeps it).
-        missing = sum(obj.pk is None for obj in objs)
-        drawn: list[int] = []
-        if missing:
-            cursor.execute(_DRAW_IDS, [table, pk_column, missing])
-            drawn = [row[0] for row in cursor.fetchall()]
-        new_ids = iter(drawn)
-        ids = [next(new_ids) if obj.pk is None else obj.pk for obj in objs]
-        with cursor.cursor.copy(sql) as copy:
+        drawn = _draw_ids(cursor, groups, plans)
+        for objs, plan in zip(groups, plans, strict=True):
+            if plan is None:
+                type(objs[0]).objects.bulk_create(objs)
+                continue
+            sql, _, _, columns = plan
+            new_ids = iter(drawn.pop(0))
+            # An object may have its id already: one whose insert was rolled back, written
+            # again with the rows that point to it (as bulk_create, it keeps it).
+            ids = [next(new_ids) if obj.pk is None else obj.pk for obj in objs]
+            with cursor.cursor.copy(sql) as copy:
+                for obj, pk in zip(objs, ids, strict=True):
+                    copy.write_row([pk, *(value_of(obj) for value_of in columns)])
             for obj, pk in zip(objs, ids, strict=True):
-                copy.write_row([pk, *(value_of(obj) for value_of in columns)])
-    for obj, pk in zip(objs, ids, strict=True):
-        obj.pk = pk
-        obj._state.adding = False
-        obj._state.db = connection.alias
+                obj.pk = pk
+                obj._state.adding = False
+                obj._state.db = connection.alias
+
+
+def _draw_ids(cursor, groups, plans) -> list[list[int]]:
+    """New ids from each copied group's table sequence, as many as it has objects without
+    one, in one statement: one list per group that has a plan, in order."""
+    arrays, params = [], []
+    for objs, plan in zip(groups, plans, strict=True):
+        if plan is not None:
+            _, table, pk_column, _ = plan
+            arrays.append(_DRAW_IDS)
+            params += [table, pk_column, sum(obj.pk is None for obj in objs)]
+    if not arrays:
+        return []
+    cursor.execute("SELECT " + ", ".join(arrays), params)
+    return [list(ids) for ids in cursor.fetchone()]
 
 
 @functools.cache

@@ -155,8 +155,7 @@ def _write(
             return frame
 
         def flush() -> None:
-            copy_rows(pending_frames)
-            copy_rows(pending_turns)
+            copy_rows(pending_frames, pending_turns)
             pending_frames.clear()
             pending_turns.clear()
 
