@@ -15,7 +15,7 @@ from typing import Any
 
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.rollout_settings import RolloutSettings
-from studio.endpoints import endpoint_api_key, endpoints_enabled
+from studio.endpoints import endpoint_api_key, endpoint_enabled_first
 from studio.models import Endpoint
 
 
@@ -35,7 +35,7 @@ def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> Mod
             return ModelConnection(named.base_url, endpoint_api_key(named), repr(named.name))
         return ModelConnection(settings.base_url, cli_api_key, settings.base_url or "(default)")
     name = settings.endpoint
-    endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name=name).first()
+    endpoint = endpoint_enabled_first(kind=Endpoint.Kind.CHAT, name=name)
     if endpoint is None:
         raise PolicyUnavailable(f"model endpoint {name!r} is not enabled any more")
     if endpoint.base_url != settings.base_url:
@@ -49,7 +49,7 @@ def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> Mod
 
 def chat_endpoint_with_url(base_url: str) -> Endpoint | None:
     """The enabled chat endpoint an admin named for exactly this URL, if any."""
-    return endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(base_url=base_url).first()
+    return endpoint_enabled_first(kind=Endpoint.Kind.CHAT, base_url=base_url)
 
 
 def endpoint_settings(endpoint: Endpoint) -> dict[str, Any]:

@@ -5,7 +5,9 @@ from studio.endpoints import (
     EndpointError,
     endpoint_api_key,
     endpoint_check_model,
+    endpoint_enabled_first,
     endpoint_get,
+    endpoints_enabled,
     endpoints_seed_defaults,
 )
 from studio.models import Endpoint
@@ -75,3 +77,36 @@ def test_it_seeds_openai_itself_from_a_key_alone(settings):
         "https://api.openai.com/v1",
         "OPENAI_API_KEY",
     )
+
+
+@pytest.mark.django_db
+def test_the_sql_lookup_finds_what_the_queryset_finds():
+    here, there = "http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1"
+    Endpoint.objects.create(name="zeta", base_url=here, allowed_models=["m"])
+    Endpoint.objects.create(name="alpha", base_url=here)  # first by name
+    Endpoint.objects.create(name="aaa-off", base_url=here, enabled=False)
+    Endpoint.objects.create(name="aa-synth", base_url=here, kind=Endpoint.Kind.SYNTH)
+    Endpoint.objects.create(name="other", base_url=there)
+    cases = [
+        {"kind": "chat"},
+        {"kind": "chat", "base_url": here},
+        {"kind": "chat", "base_url": there},
+        {"kind": "chat", "base_url": "http://nowhere/v1"},
+        {"kind": "synth", "base_url": here},
+        {"kind": "chat", "name": "zeta"},
+        {"kind": "chat", "name": "aaa-off"},
+        {"kind": "chat", "name": "aa-synth"},
+        {"kind": "chat", "name": "zeta", "base_url": there},
+    ]
+    found = []
+    for case in cases:
+        filters = {k: v for k, v in case.items() if k != "kind"}
+        expected = endpoints_enabled(kind=case["kind"]).filter(**filters).first()
+        got = endpoint_enabled_first(**case)
+        assert got == expected, case
+        if got is not None:
+            fields = ("base_url", "allowed_models", "api_key_env")
+            assert [getattr(got, f) for f in fields] == [getattr(expected, f) for f in fields]
+        found.append(got.name if got else None)
+    # Worked out by hand: the first enabled one by name, of that kind, with those values.
+    assert found == ["alpha", "alpha", "other", None, "aa-synth", "zeta", None, None, None]
