@@ -31,7 +31,8 @@ def clean_text(value: str, *, max_bytes: int) -> Cleaned:
     if "\x00" in text:
         text = text.replace("\x00", "")
         altered = True
-    if _SURROGATES.search(text):
+    # An ASCII string (CPython knows it without looking) has no surrogates to search for.
+    if not text.isascii() and _SURROGATES.search(text):
         text = _SURROGATES.sub(REPLACEMENT, text)
         altered = True
     # Cheap test first: a string of n code points is at least n bytes and at most 4n.
