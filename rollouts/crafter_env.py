@@ -300,11 +300,12 @@ class StudioEnv(crafter.Env):
         player = self._player
         player.action = constants.actions[action]
         reach = 2 * max(self._view)
+        px, py = player.pos.tolist()
         for obj in self._world.objects:
-            px, py = player.pos.tolist()
             ox, oy = obj.pos.tolist()
             if abs(ox - px) + abs(oy - py) < reach:
                 obj.update()
+                px, py = player.pos.tolist()  # only an update moves anything
         if self._step % 10 == 0:
             for chunk, objs in self._world.chunks.items():
                 self._balance_chunk(chunk, objs)
