@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models import F, Field, ForeignKey, Model, Q, QuerySet
 from django.db.models.expressions import Col
 from django.utils import timezone
@@ -211,8 +211,8 @@ def job_heartbeat(
     *, model: type[Model], pk: int, token: str, working: str = RUNNING, **fields: Any
 ) -> bool:
     """Renew the claim, writing `fields` (progress) with it; False: the claim was lost."""
-    held = job_held(model=model, pk=pk, token=token, working=working)
-    return held.update(heartbeat_at=timezone.now(), **fields) == 1
+    values = {"heartbeat_at": timezone.now(), **fields}
+    return _update_held(model=model, pk=pk, token=token, working=working, values=values) == 1
 
 
 def job_finish(
@@ -226,8 +226,44 @@ def job_finish(
 ) -> bool:
     """End the job as `status` with its results in `fields`; False: the claim was lost."""
     now = timezone.now()
-    held = job_held(model=model, pk=pk, token=token, working=working)
-    return held.update(status=status, finished_at=now, heartbeat_at=now, **fields) == 1
+    values = {"status": status, "finished_at": now, "heartbeat_at": now, **fields}
+    return _update_held(model=model, pk=pk, token=token, working=working, values=values) == 1
+
+
+def _update_held(
+    *, model: type[Model], pk: int, token: str, working: str, values: dict[str, Any]
+) -> int:
+    """`job_held(...).update(**values)` as one plain UPDATE; the rows it changed (0 or 1).
+
+    Every episode ends through here (and renews its claim through here, chunk after chunk):
+    the ORM spent ~0.5 ms of CPU compiling that UPDATE each time, at the moment a batch's
+    episodes all end together. The values are prepared for the database as the ORM's update
+    prepares them; an expression (an `F()`, say) goes through the ORM itself.
+    """
+    if any(hasattr(value, "resolve_expression") for value in values.values()):
+        held = job_held(model=model, pk=pk, token=token, working=working)
+        return held.update(**values)
+    meta = model._meta
+    connection = connections[router.db_for_write(model)]
+    quote = connection.ops.quote_name
+    sets, params = [], []
+    for name, value in values.items():
+        field = meta.get_field(name)
+        if hasattr(value, "prepare_database_save"):  # a model instance for a foreign key
+            value = value.prepare_database_save(field)
+        sets.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection=connection))
+    held = " AND ".join(
+        f"{quote(meta.get_field(name).column)} = %s"
+        for name in (meta.pk.name, "claim_token", "status")
+    )
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {held}"
+    with (
+        transaction.mark_for_rollback_on_error(using=connection.alias),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql, [*params, meta.pk.get_db_prep_value(pk, connection), token, working])
+        return cursor.rowcount
 
 
 def job_fail(

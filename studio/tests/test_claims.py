@@ -11,9 +11,10 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.db import connection, connections, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from datasets.models import Dataset, DatasetVersion
@@ -373,3 +374,44 @@ def test_an_episode_goes_to_exactly_one_of_many_simultaneous_claimers():
     expected = _read(episode.id)
     assert (expected.claim_token, expected.attempts) == (won[0][0], 1)
     assert RolloutBatch.objects.get(id=episode.batch_id).status == "running"
+
+
+@pytest.mark.django_db
+def test_an_end_writes_what_the_orms_update_writes():
+    source = _episode()
+    ours, reference = _episode(), _episode()
+    tokens = []
+    for episode in (ours, reference):
+        token, _ = services._episode_claim(episode_id=episode.id)
+        tokens.append(token)
+    values = {
+        "error": 'it\'s "quoted" \\ and ünïcode',
+        "steps": np.int64(7),  # numpy numbers, as a game's totals may hold them
+        "total_reward": np.float64(2.5),
+        "achievements": {"collect_wood": 3, "place_table": 7},
+        "achievement_count": 2,
+        "forked_from": source,  # an instance for a foreign key
+        "forked_at_turn": None,
+    }
+    assert claims.job_finish(
+        model=Episode, pk=ours.id, token=tokens[0], status="finished", **values
+    )
+    now = Episode.objects.get(id=ours.id).finished_at
+    held = claims.job_held(model=Episode, pk=reference.id, token=tokens[1])
+    assert held.update(status="finished", finished_at=now, heartbeat_at=now, **values) == 1
+    skip = {"id", "batch_id", "seed", "claim_token", "enqueued_at", "started_at"}
+    written = {k: v for k, v in _columns(_read(ours.id)).items() if k not in skip}
+    assert written == {k: v for k, v in _columns(_read(reference.id)).items() if k not in skip}
+    assert _read(ours.id).heartbeat_at == now and _read(ours.id).error == values["error"]
+    # The claim is gone once ended: a second end, or a heartbeat, writes nothing.
+    assert not claims.job_finish(model=Episode, pk=ours.id, token=tokens[0], status="failed")
+    assert not claims.job_heartbeat(model=Episode, pk=ours.id, token=tokens[0], steps=9)
+    assert _read(ours.id).status == "finished" and _read(ours.id).steps == 7
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_with_an_expression_goes_through_the_orm():
+    episode = _episode(steps=4)
+    token, _ = services._episode_claim(episode_id=episode.id)
+    assert claims.job_heartbeat(model=Episode, pk=episode.id, token=token, steps=F("steps") + 3)
+    assert _read(episode.id).steps == 7
