@@ -1,0 +1,54 @@
+"""Sending a run of jobs to the broker: the first ones leave at once, long runs in bulk."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pytest
+
+from studio.queue import STAMP_EVERY, _send_runs, resend
+
+
+def test_the_first_messages_leave_in_a_small_round_trip_and_long_runs_in_big_ones():
+    assert _send_runs([]) == []
+    assert [len(run) for run in _send_runs(list(range(5)))] == [5]
+    assert [len(run) for run in _send_runs(list(range(64)))] == [8, 16, 32, 8]
+    sizes = [len(run) for run in _send_runs(list(range(1000)))]
+    assert sizes == [8, 16, 32, 64, 128, 200, 200, 200, 152] and STAMP_EVERY == 200
+    # Every id once, in order.
+    assert [i for run in _send_runs(list(range(1000))) for i in run] == list(range(1000))
+
+
+@pytest.mark.skipif(
+    not os.environ.get("CELERY_BROKER_URL", "").startswith("redis://"),
+    reason="needs CELERY_BROKER_URL=redis://...",
+)
+@pytest.mark.django_db
+def test_every_message_of_a_long_run_reaches_the_broker_once_in_order():
+    import redis
+    from celery import Celery
+
+    from rollouts.models import Episode
+
+    # An app of its own, sending to a queue no worker reads.
+    name = "studio-test-send-runs"
+    app = Celery("send-runs-test", broker=os.environ["CELERY_BROKER_URL"])
+    app.conf.task_default_queue = name
+
+    @app.task(name="studio.tests.send_runs_probe")
+    def probe(episode_id: int) -> None:
+        pass
+
+    client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
+    client.delete(name)
+    ids = list(range(10**12, 10**12 + 300))
+    try:
+        assert resend(Episode, probe, ids) == 300
+        # Pushed on the left, taken from the right: the oldest message is the last.
+        messages = [json.loads(raw) for raw in reversed(client.lrange(name, 0, -1))]
+    finally:
+        client.delete(name)
+        app.close()
+    assert [json.loads(base64.b64decode(m["body"]))[0][0] for m in messages] == ids
