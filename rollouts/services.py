@@ -30,6 +30,7 @@ from rollouts.rollout_settings import RolloutSettings
 from rollouts.tools import PROMPT_VERSION, system_prompt
 from studio import claims, queue
 from studio.errors import plain_error
+from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait, fetch_and_commit
 from studio.untrusted import storable
 
@@ -75,11 +76,14 @@ def batch_create(
         # Without enqueue the caller plays them (`--inline`): stamped as handed over, so the
         # periodic requeue never sends them to workers behind its back.
         handed = None if enqueue else timezone.now()
-        episodes = Episode.objects.bulk_create(
+        episodes = [
             Episode(batch=batch, seed=seed, sample=sample, enqueued_at=handed)
             for seed in settings.seeds
             for sample in range(settings.samples_per_seed)
-        )
+        ]
+        # COPY on PostgreSQL: 64 episodes in 1.1 ms of CPU, 4.1 through bulk_create, before
+        # the first of their messages can leave.
+        copy_rows(episodes)
         ids = [episode.id for episode in episodes]
         if enqueue and all(ids) and batch.policy != RolloutBatch.Policy.HUMAN:
             # New episodes, never sent: no need to look them up and clear their stamps first
