@@ -511,6 +511,13 @@ def decode_png(png: bytes) -> np.ndarray:
 
 
 def library_versions() -> dict[str, str]:
+    """The versions a batch records: those this process loaded (read once, at its first
+    batch; each read parses three packages' metadata, ~1.7 ms of a batch's creation)."""
+    return dict(_library_versions())
+
+
+@functools.cache
+def _library_versions() -> dict[str, str]:
     from importlib.metadata import version
 
     return {name: version(name) for name in ("crafter", "numpy", "opensimplex")}
