@@ -53,17 +53,102 @@ QUEUE = "vlm-bench"
 
 
 def serve_chat(conn, delay: float) -> None:
-    """The local endpoint, in a process of its own (see `Endpoint`)."""
-    from rollouts.tests.openai_server import ChatServer, tool_call
+    """The local endpoint, in a process of its own (see `Endpoint`): chat completions over
+    HTTP/1.1 with keep-alive, each request read whole and parsed, answered `delay` seconds
+    later with a call of the game's tool (`SCRIPT`, in turn), as a model server would.
 
-    server = ChatServer(delay=delay).start()
-    server.responder = lambda body: tool_call(SCRIPT[len(server.requests) % len(SCRIPT)])
-    conn.send(server.url)
-    while (command := conn.recv()) != "stop":
-        if command == "reset":
-            server.max_in_flight = 0
-        conn.send((len(server.requests), server.max_in_flight))
-    server.stop()
+    One asyncio loop, not a thread per connection: the endpoint shares the host's two cores
+    with the workers, and the test suite's `ChatServer` (http.server, a thread a
+    connection) spent ~0.44 ms of CPU a call there, this ~0.1: CPU the ideal (calls x delay
+    / concurrency) gives the workers, and the endpoint took from them. What each run's
+    endpoint used is in the output (`endpoint_cpu_per_call_ms`).
+    """
+    import asyncio
+
+    from rollouts.tools import TOOL_NAME
+
+    state = {"requests": 0, "in_flight": 0, "max_in_flight": 0}
+
+    def answer(number: int, model: str) -> bytes:
+        arguments = json.dumps({"actions": [SCRIPT[number % len(SCRIPT)]]})
+        payload = {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"call_{number}_0",
+                                "type": "function",
+                                "function": {"name": TOOL_NAME, "arguments": arguments},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 12, "total_tokens": 132},
+        }
+        return json.dumps(payload).encode()
+
+    def respond(writer, status: str, body: bytes) -> None:
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
+    async def handle(reader, writer) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+                length = int({k.strip().lower(): v for k, v in fields.items()}["content-length"])
+                body = json.loads(await reader.readexactly(length))
+                if method != "POST" or not path.endswith("/chat/completions"):
+                    respond(writer, "404 Not Found", b'{"error": {"message": "not found"}}')
+                    continue
+                if not isinstance(body, dict) or not body.get("messages"):
+                    respond(writer, "400 Bad Request", b'{"error": {"message": "no messages"}}')
+                    continue
+                state["requests"] += 1
+                number = state["requests"]
+                state["in_flight"] += 1
+                state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+                await asyncio.sleep(delay)
+                reply = answer(number, str(body.get("model", "")))
+                # Counted out before the answer leaves: the client may send its next request
+                # the instant it has this one, and must not be seen overlapping.
+                state["in_flight"] -= 1
+                respond(writer, "200 OK", reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed its connection
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        # (asyncio sets TCP_NODELAY on each connection: no answer waits for an ACK.)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn.send(f"http://127.0.0.1:{port}/v1")
+        loop = asyncio.get_running_loop()
+        # The harness's commands, read on a thread of their own: the counters are plain ints.
+        while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
+            if command == "reset":
+                state["max_in_flight"] = state["in_flight"]
+            conn.send((state["requests"], state["max_in_flight"]))
+        server.close()
+
+    asyncio.run(main())
 
 
 class Endpoint:
@@ -75,6 +160,7 @@ class Endpoint:
         self._conn, child = context.Pipe()
         self._process = context.Process(target=serve_chat, args=(child, delay), daemon=True)
         self._process.start()
+        self.pid = self._process.pid
         self.url = self._conn.recv()
 
     def counts(self, *, reset: bool = False) -> tuple[int, int]:
@@ -302,11 +388,13 @@ def main() -> None:
             for path in trace_dir.glob("*.jsonl"):
                 path.write_text("")  # the last run's timeline only
             before, _ = server.counts(reset=True)
+            endpoint_before = cpu_seconds([server.pid])[0]
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
             elapsed, batch = run_batch(
                 settings("vlm bench", seeds, args.turns), earliest=args.turns * DELAY
             )
             cpu_after = cpu_seconds(pids)
+            endpoint_cpu = cpu_seconds([server.pid])[0] - endpoint_before
             after, max_in_flight = server.counts()
             runs.append(
                 (
@@ -316,12 +404,15 @@ def main() -> None:
                     after - before,
                     max_in_flight,
                     load,
+                    endpoint_cpu,
                 )
             )
     finally:
         stop_workers(workers)
 
-    elapsed, batch, cpu_each, calls, max_in_flight, load = min(runs, key=lambda r: r[0])
+    elapsed, batch, cpu_each, calls, max_in_flight, load, endpoint_cpu = min(
+        runs, key=lambda r: r[0]
+    )
     worker_cpu = sum(cpu_each)
     ideal = calls * DELAY / args.concurrency
     result: dict[str, object] = {
@@ -350,6 +441,8 @@ def main() -> None:
         "worker_cpu_each_s": [round(cpu, 2) for cpu in cpu_each],
         "cpu_per_call_ms": round(1000 * worker_cpu / max(calls, 1), 2),
         "cpu_per_call_runs_ms": [round(1000 * sum(r[2]) / max(r[3], 1), 2) for r in runs],
+        # The endpoint's own CPU per call: it shares the host's cores with the workers.
+        "endpoint_cpu_per_call_ms": round(1000 * endpoint_cpu / max(calls, 1), 2),
         "host_cpus": os.cpu_count(),
         "host_load_1m_before": round(load, 2),
         "host_load_1m_runs": [round(r[5], 2) for r in runs],
