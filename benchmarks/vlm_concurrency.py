@@ -9,7 +9,8 @@ calls x 0.2 s / 64; the baseline is the same batch played one episode after anot
 process, as synth-ai's scripts did. Both sides are best of `--repeat` runs.
 
 `cpu_per_call_ms` is the workers' own CPU time (user + system, all threads) over the calls
-they made: what one call costs a worker, whatever the host's load.
+they made: what one call costs a worker, whatever the host's load. `endpoint_cpu_per_call_ms`
+is the local server's, on the same cores.
 
 `--timeline` starts the workers with `benchmarks/vlm_trace.py`, which times each episode's
 steps (task received, claim, world generation, each call, rows, end), and adds where the
