@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django.db import connection, models
@@ -38,12 +38,11 @@ def copy_rows(*groups: Sequence[models.Model]) -> None:
     plans = [_plan(type(objs[0])) if postgresql else None for objs in groups]
     with connection.cursor() as cursor:
         drawn = _draw_ids(cursor, groups, plans)
-        for objs, plan in zip(groups, plans, strict=True):
+        for objs, plan, new_ids in zip(groups, plans, drawn, strict=True):
             if plan is None:
                 type(objs[0]).objects.bulk_create(objs)
                 continue
             sql, _, _, columns = plan
-            new_ids = iter(drawn.pop(0))
             # An object may have its id already: one whose insert was rolled back, written
             # again with the rows that point to it (as bulk_create, it keeps it).
             ids = [next(new_ids) if obj.pk is None else obj.pk for obj in objs]
@@ -56,19 +55,22 @@ def copy_rows(*groups: Sequence[models.Model]) -> None:
                 obj._state.db = connection.alias
 
 
-def _draw_ids(cursor, groups, plans) -> list[list[int]]:
-    """New ids from each copied group's table sequence, as many as it has objects without
-    one, in one statement: one list per group that has a plan, in order."""
-    arrays, params = [], []
+def _draw_ids(cursor, groups, plans) -> list[Iterator[int]]:
+    """For each group, new ids from its table's sequence, one for each of its objects
+    without one (none for a group written through bulk_create); one statement for all."""
+    arrays, params, wanted = [], [], []
     for objs, plan in zip(groups, plans, strict=True):
-        if plan is not None:
+        missing = 0 if plan is None else sum(obj.pk is None for obj in objs)
+        wanted.append(missing)
+        if missing:
             _, table, pk_column, _ = plan
             arrays.append(_DRAW_IDS)
-            params += [table, pk_column, sum(obj.pk is None for obj in objs)]
-    if not arrays:
-        return []
-    cursor.execute("SELECT " + ", ".join(arrays), params)
-    return [list(ids) for ids in cursor.fetchone()]
+            params += [table, pk_column, missing]
+    rows = iter(())
+    if arrays:
+        cursor.execute("SELECT " + ", ".join(arrays), params)
+        rows = iter(cursor.fetchone())
+    return [iter(next(rows) if missing else ()) for missing in wanted]
 
 
 @functools.cache

@@ -116,9 +116,10 @@ def test_rows_written_again_after_a_rollback_keep_the_ids_they_point_to():
         copy_rows(turns)
         raise RuntimeError("the episode's end failed")
     assert not Frame.objects.filter(episode=episode).exists()
-    with transaction.atomic():  # the recorder writes the same objects again
-        copy_rows(frames)
-        copy_rows(turns)
+    # The recorder writes the same objects again: they keep their ids, none is drawn.
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        copy_rows(frames, turns)
+    assert len(queries) == 0
     stored = dict(Turn.objects.filter(episode=episode).values_list("index", "frame__step"))
     assert stored == {0: 0, 1: 1, 2: 2}
 
