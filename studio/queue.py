@@ -24,10 +24,8 @@ _RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "i
 
 
 # `resend` stamps what it sent in one UPDATE per this many rows, not one per row; it sends
-# them to the broker in round trips of at most this many too (`_send_run`).
+# them to the broker in one round trip per this many too (`_send_run`).
 STAMP_EVERY = 200
-# The first round trip's size; each next one doubles it, up to STAMP_EVERY (`_send_runs`).
-FIRST_SEND = 8
 
 
 def send(task: Any, *args: Any, producer: Any = None) -> bool:
@@ -66,8 +64,8 @@ def resend(model, task, ids: list[int]) -> int:
 
 
 def _send_run(task: Any, ids: list[int]) -> list[int]:
-    """Send ids on one connection, a run of them to a round trip (`_send_runs`; kombu's
-    publish batch, on Redis a pipeline; other brokers publish each at once); the ids sent.
+    """Send ids on one connection, `STAMP_EVERY` to a round trip (kombu's publish batch, on
+    Redis a pipeline; other brokers publish each at once); the ids sent.
 
     A new batch's 64 episodes went one round trip each: on a busy host each also waited for
     a core, and they took 0.13-0.63 s to send while the first ones already played (on 4
@@ -78,7 +76,8 @@ def _send_run(task: Any, ids: list[int]) -> list[int]:
     sent: list[int] = []
     try:
         with task.app.producer_or_acquire() as producer, producer.batch() as batch:
-            for run in _send_runs(ids):
+            for start in range(0, len(ids), STAMP_EVERY):
+                run = ids[start : start + STAMP_EVERY]
                 for row_id in run:
                     if not send(task, row_id, producer=producer):
                         return sent
@@ -88,18 +87,3 @@ def _send_run(task: Any, ids: list[int]) -> list[int]:
         # The connection could not be had, or a round trip failed.
         logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, task.name, plain_error(exc))
     return sent
-
-
-def _send_runs(ids: list[int]) -> list[list[int]]:
-    """`ids` cut into round trips of 8, 16, 32, ... up to `STAMP_EVERY` ids.
-
-    Building a message costs ~0.25 ms of CPU: 64 in one round trip kept a new batch's first
-    episode from its worker until all 64 were built (~16 ms, while the workers had nothing
-    to do); the first 8 now leave after ~2 ms. Long runs still go `STAMP_EVERY` at a time.
-    """
-    runs, start, size = [], 0, FIRST_SEND
-    while start < len(ids):
-        runs.append(ids[start : start + size])
-        start += size
-        size = min(2 * size, STAMP_EVERY)
-    return runs
