@@ -93,6 +93,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused():
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     accepted = []
+    closed = threading.Event()
 
     def serve():
         for _ in range(2):
@@ -114,11 +115,15 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused():
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
             conn.sendall(b"Content-Length: 11\r\n\r\n" + b'{"ok": true}'[:11])
             conn.close()  # no "Connection: close": the client believes it is still open
+            closed.set()
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     client = client_for(f"http://127.0.0.1:{port}/v1", plain=True)
     assert post(client) == b'{"ok": true'
+    # Idle, then closed by the server: without this wait the second call could leave before
+    # the server's close (a race no client can see coming), and the test failed on busy hosts.
+    assert closed.wait(5)
     assert post(client) == b'{"ok": true'
     server.join(timeout=5)
     listener.close()
