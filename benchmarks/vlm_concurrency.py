@@ -60,43 +60,20 @@ def serve_chat(conn, delay: float) -> None:
 
     One asyncio loop, not a thread per connection: the endpoint shares the host's two cores
     with the workers, and the test suite's `ChatServer` (http.server, a thread a
-    connection) spent ~0.44 ms of CPU a call there, this ~0.1: CPU the ideal (calls x delay
+    connection) spent ~0.44 ms of CPU a call there, this 0.19-0.28 ms: CPU the ideal (calls x delay
     / concurrency) gives the workers, and the endpoint took from them. What each run's
     endpoint used is in the output (`endpoint_cpu_per_call_ms`).
     """
     import asyncio
 
-    from rollouts.tools import TOOL_NAME
+    from rollouts.tests.openai_server import completion_body, tool_call
 
     state = {"requests": 0, "in_flight": 0, "max_in_flight": 0}
 
     def answer(number: int, model: str) -> bytes:
-        arguments = json.dumps({"actions": [SCRIPT[number % len(SCRIPT)]]})
-        payload = {
-            "id": f"chatcmpl-{number}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": f"call_{number}_0",
-                                "type": "function",
-                                "function": {"name": TOOL_NAME, "arguments": arguments},
-                            }
-                        ],
-                    },
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 120, "completion_tokens": 12, "total_tokens": 132},
-        }
-        return json.dumps(payload).encode()
+        # The completion the test suite's `ChatServer` sends for the same reply.
+        reply = tool_call(SCRIPT[number % len(SCRIPT)])
+        return json.dumps(completion_body(reply, number=number, model=model)).encode()
 
     def respond(writer, status: str, body: bytes) -> None:
         writer.write(

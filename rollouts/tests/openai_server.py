@@ -98,6 +98,42 @@ class Received:
     at: float
 
 
+def completion_body(reply: Reply, *, number: int, model: str) -> dict[str, Any]:
+    """The chat completion a model server sends for `reply` (its `number`-th answer)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.refusal is not None:
+        message["refusal"] = reply.refusal
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{number}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for i, (name, arguments) in enumerate(reply.tool_calls)
+        ]
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    choices = (
+        [] if reply.no_choices else [{"index": 0, "message": message, "finish_reason": finish}]
+    )
+    prompt_tokens, completion_tokens = reply.usage
+    payload = {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    return payload if reply.payload is None else reply.payload
+
+
 class ChatServer:
     def __init__(self, *, delay: float = 0.0) -> None:
         self.delay = delay
@@ -161,39 +197,7 @@ class ChatServer:
                 "error": {"message": reply.error_message, "type": "scripted", "code": None}
             }
             return reply.status, reply.headers, json.dumps(payload).encode()
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-        if reply.refusal is not None:
-            message["refusal"] = reply.refusal
-        if reply.reasoning is not None:
-            message["reasoning_content"] = reply.reasoning
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": f"call_{number}_{i}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-                for i, (name, arguments) in enumerate(reply.tool_calls)
-            ]
-        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-        choices = (
-            [] if reply.no_choices else [{"index": 0, "message": message, "finish_reason": finish}]
-        )
-        prompt_tokens, completion_tokens = reply.usage
-        payload = {
-            "id": f"chatcmpl-{number}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", ""),
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-        if reply.payload is not None:
-            payload = reply.payload
+        payload = completion_body(reply, number=number, model=body.get("model", ""))
         return 200, reply.headers, json.dumps(payload).encode()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
