@@ -48,7 +48,7 @@ def endpoint_enabled_first(
 
 
 def endpoint_get(*, name: str, kind: str) -> Endpoint:
-    endpoint = endpoints_enabled(kind=kind).filter(name=name).first()
+    endpoint = endpoint_enabled_first(kind=kind, name=name)
     if endpoint is None:
         known = ", ".join(endpoints_enabled(kind=kind).values_list("name", flat=True))
         raise EndpointError(
