@@ -54,7 +54,7 @@ def _timed(owner, name: str, event: str) -> None:
 def install() -> None:
     from celery import signals
 
-    from rollouts import crafter_env, rate_limit, recorder, services
+    from rollouts import crafter_env, frame_store, rate_limit, recorder, services
     from rollouts.policies.openai import policy
 
     @signals.task_received.connect(weak=False)
@@ -86,6 +86,7 @@ def install() -> None:
     _timed(policy.OpenAIPolicy, "_post", "post")
     _timed(policy.OpenAIPolicy, "decide", "decide")
     _timed(recorder.EpisodeRecorder, "_write_chunk", "write")
+    _timed(frame_store.FrameStore, "write_many", "files")  # within `write`
     _timed(rate_limit.RedisLimiter, "try_acquire", "acquire")
     _timed(rate_limit.RedisLimiter, "release", "release")
 

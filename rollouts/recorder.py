@@ -135,7 +135,8 @@ class EpisodeRecorder:
         self.settings = settings
         self.policy = policy
         self.claim_token = claim_token
-        self.store = store or FrameStore()
+        # Each frame's file is written while the episode waits for its next answer.
+        self.store = store or FrameStore(write_ahead=True)
         self.chunk = max(1, django_settings.STUDIO_RECORD_CHUNK)
         self.totals = EpisodeTotals()
         self._frames: list[Frame] = []
