@@ -77,6 +77,13 @@ class FrameStore:
         staged, self._staged = self._staged, []
         return staged
 
+    def discard_staged(self) -> None:
+        """Forget the staged files: those not begun are not written (one begun may finish:
+        a file without rows, as a chunk rolled back leaves)."""
+        for _, _, ahead in self.take_staged():
+            if ahead is not None:
+                ahead.cancel()
+
     def stage_again(self, files: list[Staged]) -> None:
         """Put files taken by `take_staged` back in front, to be written with their rows."""
         self._staged = list(files) + self._staged

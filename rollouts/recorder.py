@@ -153,7 +153,7 @@ class EpisodeRecorder:
         except (ClaimLost, ForkDiverged):
             # A diverged replay writes nothing: the fork's prefix is never flushed before
             # it has been checked whole.
-            self.store.take_staged()
+            self.store.discard_staged()
             raise
         except BaseException:
             self._save_what_was_played()

@@ -157,3 +157,18 @@ def test_a_forked_child_writes_ahead_on_a_writer_of_its_own(tmp_path):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_discarded_frames_the_writer_has_not_begun_are_never_written(tmp_path):
+    gate = threading.Event()
+    blocked = frame_store._frame_writer().submit(gate.wait, 10)
+    try:
+        store = _ahead_store(tmp_path)
+        _, name = store.stage(os.urandom(800))
+        store.discard_staged()  # a replay that diverged: nothing of it is kept
+    finally:
+        gate.set()
+    blocked.result(timeout=10)
+    _writer_done()
+    assert not (tmp_path / name).exists()
+    assert store.take_staged() == []
