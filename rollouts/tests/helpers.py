@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from django.db import connection
 
 from rollouts import services
@@ -14,6 +15,12 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.rollout_settings import RolloutSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The Redis the tests share (make test sets it); tests of what lives in Redis skip without it.
+REDIS_URL = os.environ.get("CELERY_BROKER_URL", "")
+needs_redis = pytest.mark.skipif(
+    not REDIS_URL.startswith("redis://"), reason="needs CELERY_BROKER_URL=redis://..."
+)
 
 
 def record_batch(**settings_kwargs) -> RolloutBatch:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -11,12 +10,10 @@ import pytest
 import redis
 
 from rollouts.rate_limit import LocalLimiter, RedisLimiter, limiter_for
+from rollouts.tests.helpers import REDIS_URL, needs_redis
 
-REDIS_URL = os.environ.get("CELERY_BROKER_URL", "")
-# Only the tests of the shared limiter need a Redis server; the in-process one runs anywhere.
-needs_redis = pytest.mark.skipif(
-    not REDIS_URL.startswith("redis://"), reason="needs CELERY_BROKER_URL=redis://..."
-)
+# Only the tests of the shared limiter need Redis (`needs_redis`); the in-process one runs
+# anywhere.
 
 
 @pytest.fixture

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 
 import pytest
 
+from rollouts.tests.helpers import REDIS_URL, needs_redis
 from studio.queue import STAMP_EVERY, resend
 
 
-@pytest.mark.skipif(
-    not os.environ.get("CELERY_BROKER_URL", "").startswith("redis://"),
-    reason="needs CELERY_BROKER_URL=redis://...",
-)
+@needs_redis
 @pytest.mark.django_db
 def test_every_message_of_a_long_run_reaches_the_broker_once_in_order():
     import redis
@@ -24,14 +21,14 @@ def test_every_message_of_a_long_run_reaches_the_broker_once_in_order():
 
     # An app of its own, sending to a queue no worker reads.
     name = "studio-test-send-runs"
-    app = Celery("send-runs-test", broker=os.environ["CELERY_BROKER_URL"])
+    app = Celery("send-runs-test", broker=REDIS_URL)
     app.conf.task_default_queue = name
 
     @app.task(name="studio.tests.send_runs_probe")
     def probe(episode_id: int) -> None:
         pass
 
-    client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
+    client = redis.Redis.from_url(REDIS_URL)
     client.delete(name)
     ids = list(range(10**12, 10**12 + STAMP_EVERY + 100))  # two round trips
     try:
