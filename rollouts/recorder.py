@@ -171,6 +171,13 @@ class EpisodeRecorder:
     def _play(self) -> EpisodeTotals:
         settings, episode = self.settings, self.episode
         env = StudioEnv(seed=int(episode.seed), size=settings.image_size, length=settings.steps)
+        try:
+            return self._play_on(env)
+        finally:
+            env.close()  # its world is freed now, not by the cyclic collector (`close`)
+
+    def _play_on(self, env: StudioEnv) -> EpisodeTotals:
+        settings, episode = self.settings, self.episode
         frame, png = self._add_frame(env, env.reset())
         # When the steps start (the game is built and reset): `benchmarks/rollout_throughput`
         # times the steps from here, as it times stock crafter's after its `reset()`.

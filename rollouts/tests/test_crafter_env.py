@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import crafter
@@ -289,3 +291,24 @@ def _world_built(seed: int, generate) -> tuple:
         for key, objs in world._chunks.items()
     ]
     return world._mat_map.tobytes(), placed, chunks, world.random.uniform()
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_closed_env_is_freed_without_the_cyclic_collector(closed):
+    """Each creature holds its world and the world holds it: `close` breaks that, so an
+    ended game goes at once, not at the next (whole-heap, GIL-holding) full collection."""
+    env = StudioEnv(seed=3)
+    env.reset()
+    for step in range(30):
+        env.step(step % len(ACTIONS))
+    world, player = weakref.ref(env._world), weakref.ref(env._player)
+    creature = weakref.ref(env._world.objects[1])
+    gc.disable()
+    try:
+        if closed:
+            env.close()
+        del env
+        alive = [ref() is not None for ref in (world, player, creature)]
+    finally:
+        gc.enable()
+    assert alive == [not closed] * 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import crafter
 import numpy as np
 import pytest
@@ -157,3 +159,18 @@ def test_it_replays_a_random_episode_identically():
     assert list(first.frames.values_list("sha256", flat=True)) == list(
         second.frames.values_list("sha256", flat=True)
     )
+
+
+def test_a_recorded_episode_leaves_no_world_for_the_cyclic_collector():
+    def worlds() -> int:
+        return sum(isinstance(o, crafter.engine.World) for o in gc.get_objects())
+
+    gc.collect()
+    before = worlds()
+    gc.disable()
+    try:
+        record_batch(policy="random", seeds=(11, 12), steps=30)
+        left = worlds() - before
+    finally:
+        gc.enable()
+    assert left == 0
