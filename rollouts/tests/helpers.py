@@ -79,8 +79,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return run_python("manage.py", *args, env=env)
+
+
+def run_python(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """This interpreter in a child process, in the project's folder, its output captured."""
     return subprocess.run(
-        [sys.executable, "manage.py", *args],
+        [sys.executable, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
