@@ -48,8 +48,8 @@ def _keep_database_connections(**kwargs) -> None:
     database["CONN_HEALTH_CHECKS"] = True
 
 
-@signals.worker_ready.connect(weak=False)  # the threads pool: the worker's one process
-@signals.worker_process_init.connect(weak=False)  # prefork: each child
+@signals.worker_ready.connect(weak=False)  # `celery worker`, any pool: its main process
+@signals.worker_process_init.connect(weak=False)  # each prefork child (and the solo pool)
 def _warm_up_and_freeze(**kwargs) -> None:
     """Build what every episode needs first, then leave all the worker has built so far out
     of Python's cyclic garbage collections.
