@@ -1,9 +1,12 @@
 """The one Celery app: `celery -A studio worker`, `celery -A studio beat`."""
 
 import gc
+import logging
 import os
 
 from celery import Celery, signals
+
+logger = logging.getLogger(__name__)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
@@ -62,6 +65,9 @@ def _warm_up_and_freeze(**kwargs) -> None:
     """
     from rollouts.crafter_env import warm_up
 
-    warm_up()
+    try:
+        warm_up()
+    except Exception:  # the first episode builds the game then, and fails with the reason
+        logger.exception("the worker could not build a game before its first task")
     gc.collect()
     gc.freeze()

@@ -8,12 +8,16 @@ from rollouts.tests.helpers import run_python, subprocess_env
 
 # Starts as a worker process does (Django, the tasks of every app), then says it is ready.
 _READY = """
-import gc, json, django
+import gc, json, sys, django
 django.setup()
 from celery import signals
 from studio.celery import app
 app.loader.import_default_modules()
 from rollouts import crafter_env
+if sys.argv[1:] == ["--break-the-game"]:
+    def broken():
+        raise RuntimeError("no textures")
+    crafter_env.warm_up = broken
 gc.collect()
 tracked = len(gc.get_objects())
 signals.worker_ready.send(sender=None)
@@ -29,11 +33,22 @@ print(json.dumps({
 def test_a_ready_worker_has_built_the_game_and_left_it_out_of_garbage_collections():
     """Everything built to start lives as long as the worker: frozen, no full collection
     walks it again (one took 110-118 ms of CPU with the GIL held)."""
-    done = run_python("-c", _READY, env=subprocess_env())
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = _ready()
     assert seen["textures_loaded"] == 1
     # All that was tracked before, and the game built since, is frozen; next to nothing is
     # left for the collector.
     assert seen["frozen"] > seen["tracked_before"] > 100_000
     assert seen["tracked_after"] < 1_000
+
+
+def test_a_worker_that_cannot_build_the_game_still_starts_and_freezes():
+    seen = _ready("--break-the-game")
+    assert seen["textures_loaded"] == 0
+    assert seen["frozen"] >= seen["tracked_before"] > 100_000
+    assert seen["tracked_after"] < 1_000
+
+
+def _ready(*args: str) -> dict:
+    done = run_python("-c", _READY, *args, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
