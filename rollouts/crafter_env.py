@@ -33,6 +33,7 @@ from crafter import constants, engine, objects
 from PIL import Image
 
 from rollouts import worldgen
+from rollouts.png import encode_rgb
 
 AREA = (64, 64)
 VIEW = (9, 9)
@@ -519,13 +520,11 @@ class EncodedFrame:
 
 
 def encode_png(frame: np.ndarray) -> EncodedFrame:
-    """Lossless PNG of the RGB array crafter returned; the same array gives the same bytes."""
+    """Lossless PNG of the RGB array crafter returned; the same array gives the same bytes,
+    those Pillow writes at compression level 1 (`rollouts.png`). Level 1: frames are small
+    and many; compression past this buys little and costs time."""
     height, width = frame.shape[:2]
-    image = Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8), "RGB")
-    buffer = io.BytesIO()
-    # Level 1: frames are small and many; compression past this buys little and costs time.
-    image.save(buffer, format="PNG", compress_level=1)
-    return EncodedFrame(png=buffer.getvalue(), width=width, height=height)
+    return EncodedFrame(png=encode_rgb(frame), width=width, height=height)
 
 
 def decode_png(png: bytes) -> np.ndarray:
