@@ -30,6 +30,10 @@ COMPRESS_LEVEL = 1
 # Pillow's `ImageFile.MAXBLOCK`: the most its encoder returns at once, one IDAT chunk each.
 MAX_BLOCK = 65536
 _BYTES_PER_PIXEL = 3
+# PNG filter types; after none (0), Pillow tries these in this order (average, 3, only when
+# it optimizes, which the studio never asks).
+_SUB, _UP, _PAETH = 1, 2, 4
+_TRIED = (_UP, _SUB, _PAETH)
 
 
 def encode_rgb(frame: np.ndarray) -> bytes:
@@ -63,49 +67,41 @@ def _filtered_rows(pixels, out):
     height, size = pixels.shape
     bpp = _BYTES_PER_PIXEL
     previous = np.zeros(size, np.uint8)
-    up = np.empty(size, np.uint8)
-    sub = np.empty(size, np.uint8)
-    paeth = np.empty(size, np.uint8)
+    filtered = np.empty((5, size), np.uint8)  # by filter type
     for y in range(height):
         row = pixels[y]
         chosen = 0
         least = 0
         for i in range(size):
             least += _distance(row[i])
-        if least > 0:
+        for kind in _TRIED:
+            if least == 0:
+                break
             total = 0
             for i in range(size):
-                up[i] = np.uint8(row[i] - previous[i])
-                total += _distance(up[i])
+                # The bytes to the left are 0 before the row starts (the PNG specification).
+                a = np.int32(row[i - bpp]) if i >= bpp else 0
+                c = np.int32(previous[i - bpp]) if i >= bpp else 0
+                value = np.uint8(row[i] - _predicted(kind, a, np.int32(previous[i]), c))
+                filtered[kind, i] = value
+                total += _distance(value)
             if total < least:
-                chosen, least = 2, total
-        if least > 0:
-            total = 0
-            for i in range(size):
-                sub[i] = row[i] if i < bpp else np.uint8(row[i] - row[i - bpp])
-                total += _distance(sub[i])
-            if total < least:
-                chosen, least = 1, total
-        if least > 0:
-            total = 0
-            for i in range(size):
-                if i < bpp:
-                    paeth[i] = np.uint8(row[i] - previous[i])
-                else:
-                    a = np.int32(row[i - bpp])
-                    b = np.int32(previous[i])
-                    c = np.int32(previous[i - bpp])
-                    pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
-                    predicted = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-                    paeth[i] = np.uint8(row[i] - predicted)
-                total += _distance(paeth[i])
-            if total < least:
-                chosen, least = 4, total
+                chosen, least = kind, total
         out[y, 0] = chosen
-        source = row if chosen == 0 else up if chosen == 2 else sub if chosen == 1 else paeth
-        out[y, 1:] = source
+        out[y, 1:] = row if chosen == 0 else filtered[chosen]
         previous[:] = row
     return out
+
+
+@njit(cache=True, inline="always")
+def _predicted(kind, a, b, c):
+    """What filter `kind` predicts a byte from: a to its left, b above it, c above a."""
+    if kind == _SUB:
+        return a
+    if kind == _UP:
+        return b
+    pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)  # Paeth, as Pillow writes it
+    return a if pa <= pb and pa <= pc else (b if pb <= pc else c)
 
 
 @njit(cache=True, inline="always")
