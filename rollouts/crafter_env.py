@@ -10,7 +10,7 @@ Stock crafter 1.8.3 is not reproducible in two ways, both fixed here and only he
   noise has its own generator, seeded from (episode seed, step), and never touches the world.
 
 Stepping is faster than crafter's too (`StudioEnv.step`: the same updates, without numpy's
-overhead per creature) and so is drawing (`_ReproducibleLocalView`: the same pixels).
+overhead per creature) and so is drawing (`rollouts.drawing`: the same pixels).
 
 World generation is fast: opensimplex 0.4 compiles its kernels with numba when it is
 importable, and `rollouts.worldgen` computes whole noise fields at once instead of one value
@@ -32,7 +32,7 @@ import numpy as np
 from crafter import constants, engine, objects
 from PIL import Image
 
-from rollouts import worldgen
+from rollouts import drawing, worldgen
 from rollouts.png import encode_rgb
 
 AREA = (64, 64)
@@ -132,42 +132,54 @@ class _StudioWorld(engine.World):
 class _ReproducibleLocalView(engine.LocalView):
     """Night noise from its own generator, keyed by (seed, step), never the world's.
 
-    It also draws faster than crafter's `LocalView`, with the same pixels: the ground of all
-    cells at once from a texture atlas, and only the creatures inside the view (crafter
-    draws cell by cell and looks at every creature of the world).
+    It also draws whole frames faster than crafter's views, with the same pixels (`frame`,
+    `rollouts.drawing`): the ground of all cells at once from a texture atlas, and only the
+    creatures inside the view (crafter draws cell by cell and looks at every creature of the
+    world).
     """
 
     noise_key: tuple[int, int] = (0, 0)
 
-    def __call__(self, player, unit) -> np.ndarray:
+    def frame(self, player, unit, items: np.ndarray, size, border) -> np.ndarray | None:
+        """The whole frame `Env.render` draws with this view and `items`, the inventory's;
+        None for textures of another shape than crafter's (then draw as crafter does)."""
         ux, uy = int(unit[0]), int(unit[1])
         atlas = self._ground_atlas(ux, uy)
-        if atlas is None:  # a texture of another shape than crafter's: draw as crafter does
-            return super().__call__(player, unit)
-        self._unit = np.array(unit)
-        self._center = np.array(player.pos)
+        if atlas is None:
+            return None
         world = self._world
-        gx, gy = int(self._grid[0]), int(self._grid[1])
-        ax, ay = world.area
+        grid = int(self._grid[0]), int(self._grid[1])
         x0 = int(player.pos[0]) - int(self._offset[0])
         y0 = int(player.pos[1]) - int(self._offset[1])
-        xs, ys = np.arange(x0, x0 + gx), np.arange(y0, y0 + gy)
-        inside = ((xs >= 0) & (xs < ax))[:, None] & ((ys >= 0) & (ys < ay))[None, :]
-        window = np.ix_(np.clip(xs, 0, ax - 1), np.clip(ys, 0, ay - 1))
-        # Cells outside the world keep crafter's grey (127): the atlas's last entry.
-        materials = np.where(inside, world._mat_map[window], len(atlas) - 1)
-        canvas = atlas[materials].transpose(0, 2, 1, 3, 4).reshape(gx * ux, gy * uy, 3)
-        ids = np.where(inside, world._obj_map[window], 0)
-        # Creatures over the ground, in the world's order as crafter draws them; each has a
-        # cell of its own, so the order does not change the pixels.
-        for index, x, y in sorted(zip(ids[inside].tolist(), *np.nonzero(inside), strict=True)):
-            if index:
-                texture = self._textures.get(world._objects[index].texture, (ux, uy))
-                engine._draw_alpha(canvas, (int(x) * ux, int(y) * uy), texture)
-        canvas = self._light(canvas, world.daylight)
-        if player.sleeping:
-            canvas = self._sleep(canvas)
-        return canvas
+        # The creatures in view: each has a cell of its own, so the order they are drawn in
+        # (crafter's is the world's) does not change the pixels.
+        left, top = max(x0, 0), max(y0, 0)
+        ids = world._obj_map[left : x0 + grid[0], top : y0 + grid[1]]
+        creatures = [
+            (left + x - x0, top + y - y0, world._objects[index].texture)
+            for x, y, index in zip(*np.nonzero(ids), ids[ids != 0].tolist(), strict=True)
+        ]
+        daylight = world.daylight
+        night = None
+        if daylight < 0.5:  # `LocalView._light`: the night view has noise
+
+            def night(canvas: np.ndarray) -> np.ndarray:
+                return self._noise(canvas, 2 * (0.5 - daylight), 0.5).astype(np.uint8)
+
+        return drawing.draw_frame(
+            materials=world._mat_map,
+            corner=(x0, y0),
+            grid=grid,
+            atlas=atlas,
+            sprites=_shared_sprites(self._textures, ux, uy),
+            creatures=creatures,
+            daylight=daylight,
+            night=night,
+            sleeping=player.sleeping,
+            items=items,
+            size=(int(size[0]), int(size[1])),
+            border=(int(border[0]), int(border[1])),
+        )
 
     def _ground_atlas(self, ux: int, uy: int) -> np.ndarray | None:
         """One (ux, uy, 3) texture per material id, then the grey of cells outside the world."""
@@ -195,6 +207,7 @@ class _ReproducibleLocalView(engine.LocalView):
 # The textures object is part of each entry, so that its id is not reused while it is keyed.
 _ATLASES: dict[tuple, tuple[Any, np.ndarray | None]] = {}
 _INVENTORIES: dict[tuple, tuple[Any, np.ndarray]] = {}
+_SPRITES: dict[tuple, drawing.Sprites] = {}
 # Distinct inventories drawn, at most (~2.6 KB each at 64 px, ~42 KB at 256 px).
 _INVENTORIES_KEPT = 256
 
@@ -215,6 +228,17 @@ def _shared_ground_atlas(textures, ux: int, uy: int, names: tuple) -> np.ndarray
         _ATLASES.clear()
     _ATLASES[key] = (textures, atlas)
     return atlas
+
+
+def _shared_sprites(textures, ux: int, uy: int) -> drawing.Sprites:
+    """The creatures' textures drawn so far at this unit, for every env of the process."""
+    key = (id(textures), ux, uy)
+    entry = _SPRITES.get(key)
+    if entry is None or entry.textures is not textures:
+        if len(_SPRITES) >= 64:
+            _SPRITES.clear()
+        entry = _SPRITES[key] = drawing.Sprites(textures, (ux, uy))
+    return entry
 
 
 class _RememberingItemView(engine.ItemView):
@@ -350,8 +374,14 @@ class StudioEnv(crafter.Env):
         world._chunks = collections.defaultdict(set)
 
     def render(self, size: Any = None) -> np.ndarray:
+        # crafter.Env.render, drawn by `rollouts.drawing` (the same pixels).
         self._local_view.noise_key = (int(self._seed), int(self._step or 0))
-        return super().render(size)
+        frame_size = np.array(self._size if size is None else size)
+        unit = frame_size // self._view
+        border = (frame_size - unit * self._view) // 2
+        items = self._item_view(self._player.inventory, unit)
+        frame = self._local_view.frame(self._player, unit, items, frame_size, border)
+        return super().render(size) if frame is None else frame
 
     def _balance_object(
         self,
