@@ -6,7 +6,8 @@ processes (`celery -A studio worker --pool threads --concurrency N`; by default 
 16 threads each, the layout the README gives for a 2-core host), through Redis and
 PostgreSQL. The ideal is
 calls x 0.2 s / 64; the baseline is the same batch played one episode after another in one
-process, as synth-ai's scripts did. Both sides are best of `--repeat` runs.
+process, as synth-ai's scripts did. Both sides are best of `--repeat` runs, each run on
+seeds of its own (new frames, new image files, as a new batch writes them).
 
 `cpu_per_call_ms` is the workers' own CPU time (user + system, all threads) over the calls
 they made: what one call costs a worker, whatever the host's load. `endpoint_cpu_per_call_ms`
@@ -51,6 +52,8 @@ TARGET_SEQUENTIAL = 10.0
 SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
 # A queue of its own: other workers on the same broker never take the benchmark's episodes.
 QUEUE = "vlm-bench"
+# The warm-up batch's seeds are those of this run number (`seeds`), past any timed run's.
+WARM_UP_RUN = 1000
 
 
 def serve_chat(conn, delay: float) -> None:
@@ -298,6 +301,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     workers_n = max(1, args.workers)
+    repeat = max(1, args.repeat)
     threads = args.threads or max(1, -(-args.concurrency // workers_n))
 
     database_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/studio_bench")
@@ -341,7 +345,12 @@ def main() -> None:
             name=name,
         )
 
-    seeds = range(args.episodes)
+    def seeds(run: int) -> range:
+        # Seeds of each run's own: the same seeds play the same frames (the endpoint answers
+        # alike), which the frame store keeps once, so a run on seeds played before would
+        # write no image file at all.
+        return range(run * args.episodes, (run + 1) * args.episodes)
+
     trace_dir = scratch / "trace"
     worker_env = env
     if args.timeline:
@@ -357,19 +366,19 @@ def main() -> None:
     try:
         wait_for_workers(app, workers)
         # Warm the workers (imports, JIT, connections, every thread) on other seeds, untimed.
-        run_batch(settings("vlm bench warm-up", range(1000, 1000 + args.episodes), 1))
+        run_batch(settings("vlm bench warm-up", seeds(WARM_UP_RUN), 1))
         # Best of a few runs: on a shared host the others' load, not this code, adds the noise.
         runs = []
         pids = [w.pid for w in workers]
         print("vlm_concurrency: warmed up, timed runs start", file=sys.stderr, flush=True)
-        for _ in range(max(1, args.repeat)):
+        for run in range(repeat):
             for path in trace_dir.glob("*.jsonl"):
                 path.write_text("")  # the last run's timeline only
             before, _ = server.counts(reset=True)
             endpoint_before = cpu_seconds([server.pid])[0]
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
             elapsed, batch = run_batch(
-                settings("vlm bench", seeds, args.turns), earliest=args.turns * DELAY
+                settings("vlm bench", seeds(run), args.turns), earliest=args.turns * DELAY
             )
             cpu_after = cpu_seconds(pids)
             endpoint_cpu = cpu_seconds([server.pid])[0] - endpoint_before
@@ -440,8 +449,8 @@ def main() -> None:
     else:
         # The same batch played episode after episode in this process, best of as many runs.
         sequential_runs = [
-            run_sequential(settings("vlm bench sequential", seeds, args.turns))
-            for _ in range(max(1, args.repeat))
+            run_sequential(settings("vlm bench sequential", seeds(repeat + run), args.turns))
+            for run in range(repeat)
         ]
         sequential, seq_batch = min(sequential_runs, key=lambda r: r[0])
         result["sequential_s"] = round(sequential, 3)
