@@ -91,8 +91,8 @@ def test_its_step_plays_as_crafters_step_code(seed):
     # StudioEnv.step re-implements crafter.Env.step: crafter's own function, called on a twin
     # game, is the reference. A long random game with sleep, through the night, so that
     # creatures come near, move, attack and despawn, and arrows fly.
-    ours = StudioEnv(seed=seed, size=64, length=600)
-    twin = StudioEnv(seed=seed, size=64, length=600)
+    ours = StudioEnv(seed=seed, size=64, length=600, semantic=True)
+    twin = StudioEnv(seed=seed, size=64, length=600, semantic=True)
     assert np.array_equal(ours.reset(), twin.reset())
     rng = np.random.default_rng(seed)
     creature_near = 0
@@ -114,6 +114,22 @@ def test_its_step_plays_as_crafters_step_code(seed):
         )
     assert ours.step_count > 100
     assert creature_near > 50, "creatures should come within reach of the player"
+
+
+def test_its_info_has_a_semantic_map_only_when_asked():
+    plain, mapped = StudioEnv(seed=5), StudioEnv(seed=5, semantic=True)
+    plain.reset(), mapped.reset()
+    _, _, _, info = plain.step(ACTION_INDEX["noop"])
+    _, _, _, mapped_info = mapped.step(ACTION_INDEX["noop"])
+    assert "semantic" not in info
+    assert mapped_info.pop("semantic").shape == (64, 64)
+    assert info.keys() == mapped_info.keys()
+    # A snapshot taken before the option existed steps on without the map.
+    state = plain.__getstate__()
+    del state["_semantic"]
+    restored = StudioEnv.__new__(StudioEnv)
+    restored.__setstate__(state)
+    assert "semantic" not in restored.step(ACTION_INDEX["noop"])[3]
 
 
 def _drawn_by_crafter(env: StudioEnv) -> np.ndarray:
