@@ -20,6 +20,11 @@ frame costs ~45 us of CPU: ~650 us with crafter's views, ~185 us with the numpy 
 replaced (an atlas, but numpy's and Pillow's overhead on small arrays for the light). The
 tests compare every frame of long games (night, sleep, creatures) with crafter's own drawing,
 and the light with crafter's (and so Pillow's) over all 2**24 colours.
+
+The kernels keep the interpreter lock (no `nogil`): they run ~10 and ~25 us, and the 16
+episodes of a threaded worker share its lock. Letting go of it and taking it back would cost
+two hand-overs a call, and the episode a wait for the lock, for no parallel work: a busy
+host's cores are taken by the other workers.
 """
 
 from __future__ import annotations
@@ -103,17 +108,15 @@ def draw_frame(
         if sprite is None:
             return None
         cells[i] = x, y, sprite
-    canvas = _compose(
-        materials, corner[0], corner[1], grid[0], grid[1], atlas, cells, sprites.pixels,
-        sprites.alpha,
-    )  # fmt: skip
+    x0, y0 = corner
+    canvas = _compose(materials, x0, y0, *grid, atlas, cells, sprites.pixels, sprites.alpha)
     dark = canvas if night is None else night(canvas)
     frame = np.zeros((size[1], size[0], 3), np.uint8)
     _shade(canvas, dark, float(daylight), bool(sleeping), items, frame, border[0], border[1])
     return frame
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def _compose(materials, x0, y0, cells_x, cells_y, atlas, cells, sprites, alpha):
     """The local view before its light: ground, then creatures (`LocalView.__call__`)."""
     ux, uy = atlas.shape[1], atlas.shape[2]
@@ -153,7 +156,7 @@ def _grey(r, g, b):
     return (np.int64(r) * 19595 + np.int64(g) * 38470 + np.int64(b) * 7471 + 0x8000) >> 16
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def _shade(canvas, dark, daylight, sleeping, items, frame, border_x, border_y):
     """`LocalView._light` (and `_sleep`), then `Env.render`'s canvas, transposed, in `frame`."""
     width, height = canvas.shape[0], canvas.shape[1]
