@@ -96,10 +96,19 @@ def test_it_runs_episodes_on_a_celery_worker_and_waits(celery_worker, capsys):
     assert Turn.objects.filter(episode__batch=batch).count() == 100
 
 
+# The seed whose game lasts longest doing nothing (263 steps; seed 5 dies at 161), and a
+# transaction per turn: the worker is still playing when the test sees its first turns and
+# kills it, however fast it records (a 161-step game in chunks of 4 could end before the
+# command that enqueued it had exited).
+KILLED_SEED = 25
+KILLED_GAME_STEPS = 263
+KILLED_STEPS = 600
+
+
 def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings):
     """SIGKILL a worker while it records; re-running the batch leaves one copy of every turn."""
     broker = os.environ["CELERY_BROKER_URL"]
-    env = subprocess_env(STUDIO_RECORD_CHUNK="4", CELERY_BROKER_URL=broker)
+    env = subprocess_env(STUDIO_RECORD_CHUNK="1", CELERY_BROKER_URL=broker)
     _purge_queue(env)
     worker = subprocess.Popen(
         [
@@ -124,33 +133,32 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    rollout = ["--policy", "scripted", "--actions", "noop", "--seeds", str(KILLED_SEED)]
+    command = subprocess.Popen(
+        [sys.executable, "manage.py", "rollout", *rollout, "--steps", str(KILLED_STEPS)],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        started = manage(
-            "rollout",
-            "--policy",
-            "scripted",
-            "--actions",
-            "noop",
-            "--seeds",
-            "5",
-            "--steps",
-            "600",
-            env=env,
-        )
-        assert started.returncode == 0, started.stderr
-        batch_id = json.loads(started.stdout.strip().splitlines()[-1])["batch_id"]
-        episode = Episode.objects.get(batch_id=batch_id)
+        # Watched from the moment the batch exists, not from when its command has exited.
         deadline = time.monotonic() + 120
-        while Turn.objects.filter(episode=episode).count() < 8:
+        while Turn.objects.filter(episode__seed=KILLED_SEED).count() < 8:
             assert time.monotonic() < deadline, "the worker never started recording"
-            time.sleep(0.02)
+            time.sleep(0.005)
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
-    episode.refresh_from_db()
+        out, err = command.communicate(timeout=120)
+    assert command.returncode == 0, err
+    batch_id = json.loads(out.strip().splitlines()[-1])["batch_id"]
+    episode = Episode.objects.get(batch_id=batch_id)
     assert episode.status == Episode.Status.RUNNING
     partial = Turn.objects.filter(episode=episode).count()
-    assert 0 < partial < 600
+    assert 0 < partial < KILLED_GAME_STEPS
 
     # The dead worker's claim goes stale; the re-run takes the episode over and starts afresh.
     settings.STUDIO_EPISODE_STALE_SECONDS = 1
@@ -170,7 +178,9 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
     batch = RolloutBatch.objects.get(id=batch_id)
     assert (batch.episodes_finished, batch.episodes_failed, batch.status) == (1, 0, "finished")
 
-    clean = record_batch(policy="scripted", actions=("noop",), seeds=(5,), steps=600).episodes.get()
+    clean = record_batch(
+        policy="scripted", actions=("noop",), seeds=(KILLED_SEED,), steps=KILLED_STEPS
+    ).episodes.get()
     assert clean.steps == episode.steps
     assert list(clean.frames.values_list("sha256", flat=True)) == list(
         episode.frames.values_list("sha256", flat=True)
