@@ -11,7 +11,8 @@ seeds of its own (new frames, new image files, as a new batch writes them).
 
 `cpu_per_call_ms` is the workers' own CPU time (user + system, all threads) over the calls
 they made: what one call costs a worker, whatever the host's load. `endpoint_cpu_per_call_ms`
-is the local server's, on the same cores.
+is the local server's, on the same cores; `postgres_cpu_per_call_ms` and
+`redis_cpu_per_call_ms` those of the database and the broker, where they run on this host.
 
 `--timeline` starts the workers with `benchmarks/vlm_trace.py`, which times each episode's
 steps (task received, claim, world generation, each call, rows, end), and adds where the
@@ -239,6 +240,38 @@ def cpu_seconds(pids: list[int]) -> list[float]:
     return times
 
 
+def server_cpu_seconds() -> dict[str, dict[int, float]]:
+    """CPU time so far of the PostgreSQL and Redis server processes on this host, by pid
+    (Linux; empty where /proc shows none, as for servers on other hosts)."""
+    found: dict[str, dict[int, float]] = {"postgres": {}, "redis": {}}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        # A server process renames itself ("postgres: ...", "redis-server host:port").
+        program = os.path.basename(command.split(b" ")[0]).rstrip(b":")
+        kind = {b"postgres": "postgres", b"redis-server": "redis"}.get(program)
+        if kind is not None:
+            found[kind][int(entry.name)] = cpu_seconds([int(entry.name)])[0]
+    return found
+
+
+def server_cpu_delta(before: dict, after: dict) -> dict[str, float | None]:
+    """Each server's CPU between two `server_cpu_seconds`: its processes alive at both (a
+    connection opened or closed between them is missed); None where none was seen."""
+    return {
+        kind: round(
+            sum(cpu - before[kind][pid] for pid, cpu in procs.items() if pid in before[kind]), 3
+        )
+        if procs
+        else None
+        for kind, procs in after.items()
+    }
+
+
 def run_batch(settings, *, earliest: float = 0.0, timeout: float = 600) -> tuple[float, object]:
     """Create the batch and wait for its end: (seconds from the call, the batch as it ended).
 
@@ -377,10 +410,12 @@ def main() -> None:
             before, _ = server.counts(reset=True)
             endpoint_before = cpu_seconds([server.pid])[0]
             cpu_before, load = cpu_seconds(pids), os.getloadavg()[0]
+            servers_before = server_cpu_seconds()
             elapsed, batch = run_batch(
                 settings("vlm bench", seeds(run), args.turns), earliest=args.turns * DELAY
             )
             cpu_after = cpu_seconds(pids)
+            servers = server_cpu_delta(servers_before, server_cpu_seconds())
             endpoint_cpu = cpu_seconds([server.pid])[0] - endpoint_before
             after, max_in_flight = server.counts()
             runs.append(
@@ -392,12 +427,13 @@ def main() -> None:
                     max_in_flight,
                     load,
                     endpoint_cpu,
+                    servers,
                 )
             )
     finally:
         stop_workers(workers)
 
-    elapsed, batch, cpu_each, calls, max_in_flight, load, endpoint_cpu = min(
+    elapsed, batch, cpu_each, calls, max_in_flight, load, endpoint_cpu, servers = min(
         runs, key=lambda r: r[0]
     )
     worker_cpu = sum(cpu_each)
@@ -430,6 +466,11 @@ def main() -> None:
         "cpu_per_call_runs_ms": [round(1000 * sum(r[2]) / max(r[3], 1), 2) for r in runs],
         # The endpoint's own CPU per call: it shares the host's cores with the workers.
         "endpoint_cpu_per_call_ms": round(1000 * endpoint_cpu / max(calls, 1), 2),
+        # The database's and the broker's, where they run on this host (None elsewhere).
+        **{
+            f"{kind}_cpu_per_call_ms": None if cpu is None else round(1000 * cpu / max(calls, 1), 2)
+            for kind, cpu in servers.items()
+        },
         "host_cpus": os.cpu_count(),
         "host_load_1m_before": round(load, 2),
         "host_load_1m_runs": [round(r[5], 2) for r in runs],
