@@ -84,12 +84,29 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def run_python(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """This interpreter in a child process, in the project's folder, its output captured."""
-    return subprocess.run(
+    return start_python(*args, env=env).communicate_all()
+
+
+class _Child(subprocess.Popen):
+    def communicate_all(self, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """Its output once it has exited (killed after `timeout` seconds)."""
+        try:
+            out, err = self.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.communicate()
+            raise
+        return subprocess.CompletedProcess(self.args, self.returncode, out, err)
+
+
+def start_python(*args: str, env: dict[str, str]) -> _Child:
+    """`run_python`, started and left running: read it with `communicate_all`."""
+    return _Child(
         [sys.executable, *args],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         stdin=subprocess.DEVNULL,
-        timeout=600,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
-from rollouts.tests.helpers import ROOT, manage, record_batch, subprocess_env
+from rollouts.tests.helpers import ROOT, manage, record_batch, start_python, subprocess_env
 
 SUMMARY_KEYS = {
     "batch_id",
@@ -134,15 +134,7 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
         start_new_session=True,
     )
     rollout = ["--policy", "scripted", "--actions", "noop", "--seeds", str(KILLED_SEED)]
-    command = subprocess.Popen(
-        [sys.executable, "manage.py", "rollout", *rollout, "--steps", str(KILLED_STEPS)],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    command = start_python("manage.py", "rollout", *rollout, "--steps", str(KILLED_STEPS), env=env)
     try:
         # Watched from the moment the batch exists, not from when its command has exited.
         deadline = time.monotonic() + 120
@@ -152,9 +144,9 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
-        out, err = command.communicate(timeout=120)
-    assert command.returncode == 0, err
-    batch_id = json.loads(out.strip().splitlines()[-1])["batch_id"]
+        started = command.communicate_all()
+    assert started.returncode == 0, started.stderr
+    batch_id = json.loads(started.stdout.strip().splitlines()[-1])["batch_id"]
     episode = Episode.objects.get(batch_id=batch_id)
     assert episode.status == Episode.Status.RUNNING
     partial = Turn.objects.filter(episode=episode).count()
