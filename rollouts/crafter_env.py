@@ -24,6 +24,7 @@ import copy
 import functools
 import io
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,38 +208,45 @@ class _ReproducibleLocalView(engine.LocalView):
 # The textures object is part of each entry, so that its id is not reused while it is keyed.
 _ATLASES: dict[tuple, tuple[Any, np.ndarray | None]] = {}
 _INVENTORIES: dict[tuple, tuple[Any, np.ndarray]] = {}
-_SPRITES: dict[tuple, drawing.Sprites] = {}
+_SPRITES: dict[tuple, tuple[Any, drawing.Sprites]] = {}
 # Distinct inventories drawn, at most (~2.6 KB each at 64 px, ~42 KB at 256 px).
 _INVENTORIES_KEPT = 256
+
+
+def _drawn_once(cache: dict, key: tuple, textures, draw: Callable[[], Any], kept: int = 64):
+    """`cache`'s drawing for `key` (which starts with `id(textures)`), drawn by `draw` when
+    missing; the cache is emptied once it holds `kept` of them."""
+    entry = cache.get(key)
+    if entry is not None and entry[0] is textures:
+        return entry[1]
+    drawn = draw()
+    if len(cache) >= kept:
+        cache.clear()
+    cache[key] = (textures, drawn)
+    return drawn
 
 
 def _shared_ground_atlas(textures, ux: int, uy: int, names: tuple) -> np.ndarray | None:
     """`_ReproducibleLocalView`'s atlas for these textures, unit and material names; None for
     textures of another shape than crafter's (the view then draws as crafter does)."""
-    key = (id(textures), ux, uy, names)
-    entry = _ATLASES.get(key)
-    if entry is not None and entry[0] is textures:
-        return entry[1]
-    tiles = [textures.get(name, (ux, uy)) for name in names]
-    atlas = None
-    if all(t.ndim == 3 and t.shape[:2] == (ux, uy) and t.dtype == np.uint8 for t in tiles):
-        atlas = np.stack([t[..., :3] for t in tiles] + [np.full((ux, uy, 3), 127, np.uint8)])
+
+    def draw() -> np.ndarray | None:
+        tiles = [textures.get(name, (ux, uy)) for name in names]
+        if not all(t.ndim == 3 and t.shape[:2] == (ux, uy) and t.dtype == np.uint8 for t in tiles):
+            return None
+        grey = np.full((ux, uy, 3), 127, np.uint8)
+        atlas = np.stack([t[..., :3] for t in tiles] + [grey])
         atlas.flags.writeable = False
-    if len(_ATLASES) >= 64:
-        _ATLASES.clear()
-    _ATLASES[key] = (textures, atlas)
-    return atlas
+        return atlas
+
+    return _drawn_once(_ATLASES, (id(textures), ux, uy, names), textures, draw)
 
 
 def _shared_sprites(textures, ux: int, uy: int) -> drawing.Sprites:
     """The creatures' textures drawn so far at this unit, for every env of the process."""
-    key = (id(textures), ux, uy)
-    entry = _SPRITES.get(key)
-    if entry is None or entry.textures is not textures:
-        if len(_SPRITES) >= 64:
-            _SPRITES.clear()
-        entry = _SPRITES[key] = drawing.Sprites(textures, (ux, uy))
-    return entry
+    return _drawn_once(
+        _SPRITES, (id(textures), ux, uy), textures, lambda: drawing.Sprites(textures, (ux, uy))
+    )
 
 
 class _RememberingItemView(engine.ItemView):
@@ -250,15 +258,13 @@ class _RememberingItemView(engine.ItemView):
         ux, uy = int(unit[0]), int(unit[1])
         grid = (int(self._grid[0]), int(self._grid[1]))
         key = (id(textures), grid, tuple(inventory.items()), ux, uy)
-        entry = _INVENTORIES.get(key)
-        if entry is not None and entry[0] is textures:
-            return entry[1]
-        canvas = super().__call__(inventory, unit)
-        canvas.flags.writeable = False
-        if len(_INVENTORIES) >= _INVENTORIES_KEPT:
-            _INVENTORIES.clear()
-        _INVENTORIES[key] = (textures, canvas)
-        return canvas
+
+        def draw() -> np.ndarray:
+            canvas = super(_RememberingItemView, self).__call__(inventory, unit)
+            canvas.flags.writeable = False
+            return canvas
+
+        return _drawn_once(_INVENTORIES, key, textures, draw, kept=_INVENTORIES_KEPT)
 
 
 class StudioEnv(crafter.Env):
