@@ -107,6 +107,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = (
         int(_prepare) if _prepare.isdigit() else None
     )
+    # ... but planned anew on every run, for the values it runs with. After five runs of a
+    # prepared statement PostgreSQL may switch to one generic plan for any value, and for
+    # the skewed filters of the review pages that plan can be a disaster: the turn list
+    # with errors by reward, descending, at 10 million turns went from 40 ms to 1.4-1.8 s a
+    # request from a web process's sixth view on (`benchmarks/scale.py`). Parsing is still
+    # saved.
+    _options = DATABASES["default"]["OPTIONS"]
+    if "plan_cache_mode" not in _options.get("options", ""):
+        _options["options"] = (
+            _options.get("options", "") + " -c plan_cache_mode=force_custom_plan"
+        ).strip()
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # The demo's web server and worker share the file: wait for locks instead of failing.
