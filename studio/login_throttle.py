@@ -8,6 +8,7 @@ their own failures; an address is only freed by time.
 from __future__ import annotations
 
 import math
+import unicodedata
 from datetime import timedelta
 
 from django.conf import settings
@@ -19,6 +20,17 @@ from django.utils import timezone
 from studio.models import LoginFailure
 
 USERNAME_MAX = 150  # the width of auth's username
+
+
+def login_username_key(username: str) -> str:
+    """The one form of a username the limit counts, checks and clears under.
+
+    As auth's login form reads it (stripped, NFKC), and case-folded: `" victim"`, `"victim "`
+    or `victim` in full-width letters is the same user to the form, so it must be the same
+    to the limit, or each spelling is a fresh set of attempts (and `" victim"` gets in
+    while `victim` is locked).
+    """
+    return unicodedata.normalize("NFKC", username.strip()).casefold().strip()[:USERNAME_MAX]
 
 
 def login_address(request: HttpRequest) -> str:
@@ -34,7 +46,7 @@ def login_wait_seconds(*, username: str, address: str) -> int:
     recent = LoginFailure.objects.filter(at__gte=now - window)
     waits = []
     for failures, limit in (
-        (recent.filter(username=username[:USERNAME_MAX]), settings.STUDIO_LOGIN_MAX_FAILURES),
+        (recent.filter(username=login_username_key(username)), settings.STUDIO_LOGIN_MAX_FAILURES),
         (recent.filter(address=address), settings.STUDIO_LOGIN_MAX_FAILURES_PER_ADDRESS),
     ):
         # Locked while `limit` failures lie inside the window: until the oldest of them ages
@@ -47,14 +59,14 @@ def login_wait_seconds(*, username: str, address: str) -> int:
 
 def login_failure_record(*, username: str, address: str) -> None:
     now = timezone.now()
-    LoginFailure.objects.create(username=username[:USERNAME_MAX], address=address, at=now)
+    LoginFailure.objects.create(username=login_username_key(username), address=address, at=now)
     # Old rows say nothing any more.
     window = timedelta(seconds=settings.STUDIO_LOGIN_LOCKOUT_SECONDS)
     LoginFailure.objects.filter(at__lt=now - window).delete()
 
 
 def login_failures_clear(*, username: str) -> None:
-    LoginFailure.objects.filter(username=username[:USERNAME_MAX]).delete()
+    LoginFailure.objects.filter(username=login_username_key(username)).delete()
 
 
 @receiver(user_login_failed)
