@@ -75,13 +75,21 @@ class TrainingJob(ClaimedJob):
     remote_status = models.CharField(max_length=40, blank=True)
     fine_tuned_model = models.CharField(max_length=300, blank=True)
     trained_tokens = models.PositiveBigIntegerField(null=True, blank=True)
-    # The provider's event cursor (synth: last seq; openai: newest event id seen).
-    event_cursor = models.CharField(max_length=200, blank=True)
+    # The provider's event cursor (synth: last seq; openai: the ids bounding what was read,
+    # as JSON, so a backlog longer than one poll takes is read over several polls).
+    event_cursor = models.CharField(max_length=1000, blank=True)
     metric_cursor = models.IntegerField(default=-1)
 
     attempts = models.PositiveIntegerField(default=0)
     submitted_at = models.DateTimeField(null=True, blank=True)
+    # Set in the future while a poll holds the job (a lease longer than the poll can last).
     polled_at = models.DateTimeField(null=True, blank=True)
+    # Polls in a row whose answer could not be used; the job fails at
+    # STUDIO_TRAINING_POLL_FAILURES.
+    poll_failures = models.PositiveSmallIntegerField(default=0)
+    # When the provider first reported success without naming the model: the status is read
+    # again until it names one, or STUDIO_TRAINING_MODEL_WAIT_SECONDS pass.
+    success_reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
