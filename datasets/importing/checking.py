@@ -80,6 +80,7 @@ class Plan:
     sha256: str = ""  # of the whole file: the same file imported twice is refused
     # lines left out because their turns are already in the studio (skip_existing)
     skipped: set[int] = field(default_factory=set)
+    skip_existing: bool = False  # as asked: the write checks the file again with it
 
 
 Progress = Callable[[int], None]  # bytes read so far
@@ -168,6 +169,7 @@ def check_file(
     if total_errors:
         raise ImportFailed(errors, total_errors)
     plan.sha256 = digest.hexdigest()
+    plan.skip_existing = skip_existing
     check_existing(plan, skip_existing=skip_existing)
     return plan
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from django.db import connection
+
 from datasets.importing.errors import MAX_ERRORS, ImportFailed
 
 if TYPE_CHECKING:
@@ -15,14 +17,15 @@ def text_sha(text: str | None) -> str:
     return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def check_existing(plan: Plan, *, skip_existing: bool) -> None:
-    """Refuse (or leave out) rows whose turn is already in the studio.
+# The first key of the advisory locks an import takes (pg_advisory_xact_lock(int, int)), so
+# they cannot meet a lock taken for anything else: "impt".
+IMPORT_LOCK_CLASS = 0x696D7074
 
-    A row names its origin in `metadata` (batch_id, episode_id, turn: an export of ours);
-    it is the same turn when that turn exists with the same answer text and, if the row
-    has an image, the same frame bytes. Rows from elsewhere carry no such ids.
-    """
-    from rollouts.models import RolloutBatch, Turn
+
+def refuse_imported_file(plan: Plan, *, skip_existing: bool) -> None:
+    """Refuse a file whose exact bytes were imported before, whatever their format (rows
+    from elsewhere carry no ids to compare)."""
+    from rollouts.models import RolloutBatch
 
     earlier = (
         RolloutBatch.objects.filter(
@@ -31,16 +34,44 @@ def check_existing(plan: Plan, *, skip_existing: bool) -> None:
         .values_list("id", flat=True)
         .first()
     )
-    if earlier is not None:
-        # The same bytes again, whatever their format (rows from elsewhere carry no ids).
-        if skip_existing:
-            message = f"all {plan.lines} lines are turns already in the studio; nothing to import"
-        else:
-            message = (
-                f"this file was imported already (batch {earlier}); import with "
-                "--skip-existing (or tick 'Skip turns already here') to leave known turns out"
-            )
-        raise ImportFailed([message], 1)
+    if earlier is None:
+        return
+    if skip_existing:
+        message = f"all {plan.lines} lines are turns already in the studio; nothing to import"
+    else:
+        message = (
+            f"this file was imported already (batch {earlier}); import with "
+            "--skip-existing (or tick 'Skip turns already here') to leave known turns out"
+        )
+    raise ImportFailed([message], 1)
+
+
+def lock_file_and_refuse_imported(plan: Plan, *, skip_existing: bool) -> None:
+    """The first thing of the write transaction: own this file's bytes, then ask again.
+
+    The check of pass one ran outside any transaction, so two uploads of one file at once
+    both passed it and both wrote (80 turns from 40 lines). Here the check and the write
+    are one transaction: on PostgreSQL under an advisory lock on the file's sha256, held
+    until commit, so the second import waits for the first and then finds its batch. On
+    SQLite each write transaction begins IMMEDIATE (settings), which serialises them alone.
+    """
+    if connection.vendor == "postgresql":
+        key = int.from_bytes(bytes.fromhex(plan.sha256[:8]), "big", signed=True)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [IMPORT_LOCK_CLASS, key])
+    refuse_imported_file(plan, skip_existing=skip_existing)
+
+
+def check_existing(plan: Plan, *, skip_existing: bool) -> None:
+    """Refuse (or leave out) rows whose turn is already in the studio.
+
+    A row names its origin in `metadata` (batch_id, episode_id, turn: an export of ours);
+    it is the same turn when that turn exists with the same answer text and, if the row
+    has an image, the same frame bytes. Rows from elsewhere carry no such ids.
+    """
+    from rollouts.models import Turn
+
+    refuse_imported_file(plan, skip_existing=skip_existing)
     if not plan.origins:
         return
     by_episode: dict[int, list[int]] = {}

@@ -17,6 +17,7 @@ from datasets.importing.checking import (
     parse_line,
     placeholder_png,
 )
+from datasets.importing.existing import lock_file_and_refuse_imported
 from datasets.jsonl import DEFAULT_TOOLS
 from datasets.models import Dataset
 from rollouts.frame_store import FrameStore
@@ -107,6 +108,7 @@ def _write(
     turns_written = 0
     images_seen = 0
     with transaction.atomic():
+        lock_file_and_refuse_imported(plan, skip_existing=plan.skip_existing)
         batch = RolloutBatch.objects.create(
             name=name[:200],
             policy=RolloutBatch.Policy.IMPORTED,
