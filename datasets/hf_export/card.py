@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,36 @@ def _yaml_type(feature: Any) -> dict[str, Any]:
     return {"struct": [_yaml_feature(n, f) for n, f in feature.items()]}
 
 
+# Any run of whitespace or control characters, line and paragraph separators included.
+_BREAKS = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# ASCII punctuation markdown may read as syntax; a backslash makes any of it literal.
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~=])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def _yaml_value(value: Any) -> str:
+    """A front matter value as ASCII JSON: YAML reads it as one flow value, and no text in
+    it (a newline, a Unicode line separator, a `---`) can end it or start another key."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def _markdown_text(text: str) -> str:
+    """Names (a dataset's, in the title) as plain text on one line: no new line, heading,
+    link, emphasis or HTML can come of them."""
+    line = _BREAKS.sub(" ", text).strip()
+    line = "".join(_HTML.get(c, c) for c in line)
+    return _MARKDOWN.sub(r"\\\1", line)
+
+
+def _markdown_json(value: Any) -> str:
+    """JSON as an inline code span that nothing inside can close: backticks and the HTML
+    characters are written as JSON's own \\u escapes (the same value to a JSON reader)."""
+    text = json.dumps(value, ensure_ascii=True)
+    for char in "`<>&":
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return f"`{text}`"
+
+
 def write_card(
     root: Path,
     features: dict[str, Any],
@@ -48,13 +79,13 @@ def write_card(
             "data_files": [{"split": n, "path": f"data/{n}-*"} for n in results],
         }
     ]
-    title = card.get("title") or "Crafter VLM Studio export"
+    title = _markdown_text(str(card.get("title") or "")) or "Crafter VLM Studio export"
     columns = "`prompt`, `chosen`, `rejected`" if kind == "preference" else "`prompt`, `completion`"
     lines = [
         "---",
-        "dataset_info: " + json.dumps(info, ensure_ascii=False),
-        "configs: " + json.dumps(configs),
-        "tags: " + json.dumps(["crafter", "vision-language", "trl", kind]),
+        "dataset_info: " + _yaml_value(info),
+        "configs: " + _yaml_value(configs),
+        "tags: " + _yaml_value(["crafter", "vision-language", "trl", kind]),
         "---",
         f"# {title}",
         "",
@@ -72,7 +103,7 @@ def write_card(
         )
     for key in ("filter", "export_options", "batches", "models", "source"):
         if key in card:
-            lines.append(f"- {key.replace('_', ' ').capitalize()}: `{json.dumps(card[key])}`")
+            lines.append(f"- {key.replace('_', ' ').capitalize()}: {_markdown_json(card[key])}")
     lines += [
         f"- Export sha256: `{digest}` (sha256 of `sha256sum`-style lines of every file but "
         "this card, sorted by path)",
