@@ -6,12 +6,16 @@ the environment variable the admin named, and only ever paired with that endpoin
 
 from __future__ import annotations
 
+import logging
 import os
 
 from django.conf import settings
 from django.db.models import QuerySet
 
+from studio.key_names import key_env_name_allowed
 from studio.models import Endpoint
+
+logger = logging.getLogger(__name__)
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -67,8 +71,33 @@ def endpoint_check_model(*, endpoint: Endpoint, model: str) -> None:
 
 
 def endpoint_api_key(endpoint: Endpoint) -> str:
-    """The key for this endpoint from the worker's environment, or "" when none is named."""
-    return os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
+    """The key for this endpoint from the worker's environment, or "" when none is named.
+
+    Also "" for a variable the rule (`studio.key_names`) does not allow: a row saved before
+    the rule, or written straight into the database, must not send `SECRET_KEY` anywhere.
+    """
+    if not endpoint.api_key_env:
+        return ""
+    if not key_env_name_allowed(endpoint.api_key_env):
+        logger.warning(
+            "endpoint %r: key variable %r is not allowed (STUDIO_KEY_ENV_PATTERN or a server "
+            "secret); no key sent",
+            endpoint.name,
+            endpoint.api_key_env,
+        )
+        return ""
+    return os.environ.get(endpoint.api_key_env, "")
+
+
+def endpoint_key_set(endpoint: Endpoint) -> bool | None:
+    """Whether this endpoint's key is set here (never its value); None when it needs none.
+
+    A variable the rule refuses counts as not set, whether or not it exists: the admin tells
+    nothing about the server's other variables.
+    """
+    if not endpoint.api_key_env:
+        return None
+    return key_env_name_allowed(endpoint.api_key_env) and bool(os.environ.get(endpoint.api_key_env))
 
 
 def endpoints_seed_defaults() -> list[Endpoint]:

@@ -8,6 +8,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from studio.key_names import key_env_name_validate
+
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name, such as OPENAI_API_KEY."
 )
@@ -33,9 +35,11 @@ class Endpoint(models.Model):
         "key variable",
         max_length=100,
         blank=True,
-        validators=[ENV_VAR_NAME],
+        validators=[ENV_VAR_NAME, key_env_name_validate],
         help_text="Name of the environment variable that holds the key on the workers "
-        "(e.g. OPENAI_API_KEY); never the key itself. Empty: no key is sent.",
+        "(e.g. OPENAI_API_KEY); never the key itself. It must match STUDIO_KEY_ENV_PATTERN "
+        "(by default, names ending in _KEY) and not be one of the server's own secrets. "
+        "Empty: no key is sent.",
     )
     allowed_models = models.JSONField(
         default=list,

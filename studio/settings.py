@@ -1,5 +1,6 @@
 """Settings from environment variables (SPEC section 2); every default works for `make demo`."""
 
+import re
 from pathlib import Path
 
 import environ
@@ -251,6 +252,16 @@ OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
 SYNTH_API_KEY = env.str("SYNTH_API_KEY", default="")
 SYNTH_BACKEND_URL = env.str("SYNTH_BACKEND_URL", default="")
+
+# Which environment variables an admin may name as an endpoint's key (`studio/key_names.py`,
+# whole-name match); the server's own secrets (SECRET_KEY, DATABASE_URL, ...) never, whatever
+# this allows.
+STUDIO_KEY_ENV_PATTERN = env.str("STUDIO_KEY_ENV_PATTERN", default=r"[A-Z][A-Z0-9_]*_KEY")
+try:
+    re.compile(STUDIO_KEY_ENV_PATTERN)
+except re.error as error:
+    raise ImproperlyConfigured(f"STUDIO_KEY_ENV_PATTERN is not a regex: {error}") from None
+
 REDIS_URL = env.str(
     "REDIS_URL",
     default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
