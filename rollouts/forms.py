@@ -19,6 +19,7 @@ from rollouts.rollout_settings import (
 )
 from rollouts.services_review import NOTE_MAX_LENGTH
 from rollouts.turn_selection import (
+    BIGINT_MAX,
     ERROR_CHOICES,
     EVERY_TURN,
     FLAGGED_CHOICES,
@@ -130,7 +131,7 @@ _REWARD_LABELS = {"any": "any", "positive": "> 0", "zero": "= 0", "negative": "<
 class TurnFilterForm(forms.Form):
     """The turn list's filters: a TurnSelection narrowed from every turn (`EVERY_TURN`)."""
 
-    batch = forms.IntegerField(required=False, min_value=1)
+    batch = forms.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
     model = forms.CharField(required=False, max_length=200)
     flagged = forms.ChoiceField(
         choices=[(c, FLAGGED_LABELS[c]) for c in FLAGGED_CHOICES], required=False
@@ -146,7 +147,7 @@ class TurnFilterForm(forms.Form):
     policy = forms.ChoiceField(
         choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported", "human"))], required=False
     )
-    seed = forms.IntegerField(required=False, min_value=0)
+    seed = forms.IntegerField(required=False, min_value=0, max_value=BIGINT_MAX)
     reward = forms.ChoiceField(
         choices=[(c, _REWARD_LABELS[c]) for c in REWARD_CHOICES], required=False
     )

@@ -22,6 +22,7 @@ Achievements have two meanings, both kept as options of their own:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,11 @@ FLAGGED_LABELS = {"any": "any", "only": "flagged only", "exclude": "not flagged"
 RELABELED_CHOICES = ("any", "only", "exclude")
 ERROR_CHOICES = ("any", "yes", "no")
 REWARD_CHOICES = ("any", "positive", "zero", "negative")
+
+
+# Batch ids and seeds are PostgreSQL bigints: a number past this went into a query and
+# came back a 500 (OverflowError), not an empty page.
+BIGINT_MAX = 2**63 - 1
 
 
 class FilterError(ValueError):
@@ -117,8 +123,8 @@ class TurnSelection:
             )
         if self.min_unique is not None and not 0 <= self.min_unique <= len(ACHIEVEMENTS):
             raise FilterError(f"min-unique: {self.min_unique} is not between 0 and 22")
-        if self.min_reward is not None and self.min_reward != self.min_reward:
-            raise FilterError("min-reward: not a number")
+        if self.min_reward is not None and not math.isfinite(self.min_reward):
+            raise FilterError("min-reward: not a finite number")
         for key, choices in (
             ("flagged", FLAGGED_CHOICES),
             ("relabeled", RELABELED_CHOICES),
@@ -132,10 +138,10 @@ class TurnSelection:
                 )
         if self.top_per_seed is not None and not 1 <= self.top_per_seed <= 1000:
             raise FilterError(f"top-per-seed: {self.top_per_seed} is not between 1 and 1000")
-        if any(b < 1 for b in self.batches):
-            raise FilterError("batch: ids are positive integers")
-        if any(s < 0 for s in self.seeds):
-            raise FilterError("seed: seeds are integers from 0")
+        if any(not 1 <= b <= BIGINT_MAX for b in self.batches):
+            raise FilterError(f"batch: ids are integers from 1 to {BIGINT_MAX}")
+        if any(not 0 <= s <= BIGINT_MAX for s in self.seeds):
+            raise FilterError(f"seed: seeds are integers from 0 to {BIGINT_MAX}")
 
     def to_json(self) -> dict[str, Any]:
         return options_to_json(self)
