@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from studio.untrusted import terminal_safe
+
 
 class ClientErrorWithoutTraceback(logging.Filter):
     """`django.request` attaches the Http404 / PermissionDenied exception to its 4xx warning;
@@ -23,3 +25,15 @@ class DropClientErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         status = getattr(record, "status_code", None)
         return not (isinstance(status, int) and 400 <= status < 500)
+
+
+class EscapeControlCharacters(logging.Filter):
+    """A log line may quote a provider or a model: its control characters are escaped, so
+    reading the log in a terminal runs none of them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        safe = terminal_safe(message, keep_lines=True)
+        if safe != message:
+            record.msg, record.args = safe, None
+        return True

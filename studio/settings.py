@@ -247,6 +247,14 @@ STUDIO_TRAINING_MAX_RETRIES = env.int("STUDIO_TRAINING_MAX_RETRIES", default=4)
 STUDIO_TRAINING_POLL_SECONDS = env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0)
 # A submission whose worker has not written for this long is presumed dead and re-claimed.
 STUDIO_TRAINING_STALE_SECONDS = env.int("STUDIO_TRAINING_STALE_SECONDS", default=300)
+# The deadline of one provider call, connect to last byte (a read timeout alone let a server
+# sending a byte every 4 s hold a worker for minutes); an upload's is longer.
+STUDIO_TRAINING_CALL_SECONDS = env.float("STUDIO_TRAINING_CALL_SECONDS", default=60.0)
+STUDIO_TRAINING_UPLOAD_SECONDS = env.float("STUDIO_TRAINING_UPLOAD_SECONDS", default=3600.0)
+# Polls in a row whose answer cannot be used (4xx, nonsense) before the job fails with it.
+STUDIO_TRAINING_POLL_FAILURES = env.int("STUDIO_TRAINING_POLL_FAILURES", default=5)
+# How long a job reported succeeded is read again for its model id before it says none came.
+STUDIO_TRAINING_MODEL_WAIT_SECONDS = env.int("STUDIO_TRAINING_MODEL_WAIT_SECONDS", default=600)
 
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
@@ -298,10 +306,14 @@ LOGGING = {
     "filters": {
         "client_error_line": {"()": "studio.logging_filters.ClientErrorWithoutTraceback"},
         "drop_client_errors": {"()": "studio.logging_filters.DropClientErrors"},
+        "escape_controls": {"()": "studio.logging_filters.EscapeControlCharacters"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler"},
-        "server": {"class": "logging.StreamHandler", "filters": ["drop_client_errors"]},
+        "console": {"class": "logging.StreamHandler", "filters": ["escape_controls"]},
+        "server": {
+            "class": "logging.StreamHandler",
+            "filters": ["drop_client_errors", "escape_controls"],
+        },
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
     "loggers": {

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 # Code points UTF-8 cannot hold: lone surrogates.
 _SURROGATES = re.compile("[\ud800-\udfff]")
+# What a terminal obeys instead of showing: C0 (ESC starts `ESC[2J`, an OSC title), DEL, C1.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 REPLACEMENT = "\ufffd"
 
 
@@ -49,3 +52,10 @@ def clean_text(value: str, *, max_bytes: int) -> Cleaned:
 def storable(value: str, *, max_bytes: int) -> str:
     """`clean_text` when only the text matters (error messages, one-line summaries)."""
     return clean_text(value, max_bytes=max_bytes).text
+
+
+def terminal_safe(text: str, *, keep_lines: bool = False) -> str:
+    """Text from outside as a terminal or a log shows it: every control character escaped
+    (`\\x1b`), so none clears the screen, retitles the window or rewrites a line."""
+    pattern = _CONTROLS_BUT_LINES if keep_lines else _CONTROLS
+    return pattern.sub(lambda match: f"\\x{ord(match.group()):02x}", text)

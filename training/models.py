@@ -109,6 +109,15 @@ class TrainingJob(ClaimedJob):
         return self.status in self.ACTIVE
 
     @property
+    def needs_model_refresh(self) -> bool:
+        """Reported succeeded by the provider, failed here for want of the model's id."""
+        return (
+            self.status == self.Status.FAILED
+            and self.success_reported_at is not None
+            and not self.fine_tuned_model
+        )
+
+    @property
     def duration_seconds(self) -> float | None:
         if self.submitted_at is None:
             return None
@@ -142,7 +151,18 @@ class TrainingEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "remote_id"], name="training_event_once"),
         ]
-        indexes = [models.Index(fields=["job", "time"])]
+        indexes = [
+            models.Index(fields=["job", "time"]),
+            # The loss chart reads a job's loss rows in step order, losses included, without
+            # the table (`training.selectors.job_loss_series`): a million rows in ~0.1 s.
+            models.Index(
+                fields=["job", "step"],
+                include=["train_loss", "validation_loss"],
+                condition=Q(step__isnull=False)
+                & (Q(train_loss__isnull=False) | Q(validation_loss__isnull=False)),
+                name="training_event_loss",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.type or self.level}: {self.message[:60]}"

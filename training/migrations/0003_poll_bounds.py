@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('training', '0002_job_enqueued_at'),
+        ("training", "0002_job_enqueued_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='trainingjob',
-            name='poll_failures',
+            model_name="trainingjob",
+            name="poll_failures",
             field=models.PositiveSmallIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='trainingjob',
-            name='success_reported_at',
+            model_name="trainingjob",
+            name="success_reported_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='trainingjob',
-            name='event_cursor',
+            model_name="trainingjob",
+            name="event_cursor",
             field=models.CharField(blank=True, max_length=1000),
         ),
     ]

@@ -7,15 +7,19 @@ from training.providers.base import Provider, ProviderError
 PROVIDERS = ("synth", "openai")
 
 
-def provider_for(*, name: str, base_url: str, api_key: str) -> Provider:
+def provider_for(
+    *, name: str, base_url: str, api_key: str, max_retries: int | None = None
+) -> Provider:
+    """`max_retries`: of a call that failed with 429, 5xx or a network error (default:
+    STUDIO_TRAINING_MAX_RETRIES; a poll asks for none, the next poll being its retry)."""
     if name == "synth":
         from training.providers.synth import SynthProvider
 
-        return SynthProvider(base_url=base_url, api_key=api_key)
+        return SynthProvider(base_url=base_url, api_key=api_key, max_retries=max_retries)
     if name == "openai":
         from training.providers.openai import OpenAIProvider
 
-        return OpenAIProvider(base_url=base_url, api_key=api_key)
+        return OpenAIProvider(base_url=base_url, api_key=api_key, max_retries=max_retries)
     raise ProviderError(f"provider: {name!r} is not one of {', '.join(PROVIDERS)}")
 
 

@@ -9,6 +9,8 @@ database: services hand it plain values and store what it returns.
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +22,12 @@ from training.config import TrainingConfig
 # Our statuses (TrainingJob.Status values) that end a job.
 TERMINAL = ("succeeded", "failed", "canceled")
 MAX_MESSAGE_CHARS = 4000
+# What one poll stores at most; a provider with more gives the rest to the next polls.
+MAX_EVENTS_PER_POLL = 500
+MAX_POINTS_PER_POLL = 2000
+# A file or job id as providers make them ("file-abc", "ftjob-abc", "sft_12:x"): it becomes
+# part of a URL path, so nothing that could climb out of it ("..", "/", "%").
+_REMOTE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")
 
 
 class ProviderError(Exception):
@@ -176,17 +184,40 @@ def clean_text(value: Any, *, limit: int = MAX_MESSAGE_CHARS) -> str:
 def clean_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
-    if number != number or number in (float("inf"), float("-inf")) or abs(number) > 1e12:
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of 400 digits
         return None
-    return number
+    return number if math.isfinite(number) and abs(number) <= 1e12 else None
 
 
 def clean_step(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A step or sequence number: 0 <= n < 2**31, else None (`1e400`, NaN, -1, 2**63)."""
+    number = clean_number(value)
+    if number is None or not 0 <= number < 2**31:
         return None
-    step = int(value)
-    return step if 0 <= step < 2**31 else None
+    return int(number)
+
+
+def remote_id(value: Any, what: str) -> str:
+    """An id the provider gave, checked before it is stored or put in a URL."""
+    if isinstance(value, str) and _REMOTE_ID.fullmatch(value) and value.strip(".") != "":
+        return value
+    raise ProviderError(f"{what} answered an unusable id: {clean_text(repr(value), limit=80)}")
+
+
+def points_per_poll(points: list[tuple]) -> list[tuple]:
+    """At most a poll's worth of (step, ...) metric points, whole steps only, oldest first.
+
+    The metric cursor moves to the last step taken, so a step is never cut in two (its
+    validation point would be skipped by the next poll's `after_step`).
+    """
+    points = sorted(points, key=lambda point: point[0])
+    if len(points) <= MAX_POINTS_PER_POLL:
+        return points
+    last = points[MAX_POINTS_PER_POLL - 1][0]
+    within = [point for point in points if point[0] < last]
+    return within or [point for point in points if point[0] == last][:MAX_POINTS_PER_POLL]
 
 
 def clean_data(value: Any, *, depth: int = 0) -> Any:

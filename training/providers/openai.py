@@ -7,13 +7,17 @@ dry run as not sent), then `retrieve`, `list_events` and `cancel`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import openai
 from django.conf import settings
 
 from training.providers.base import (
+    MAX_EVENTS_PER_POLL,
     JobSpec,
     PlannedRequest,
     ProviderError,
@@ -24,7 +28,9 @@ from training.providers.base import (
     clean_number,
     clean_step,
     clean_text,
+    remote_id,
 )
+from training.providers.http import call_seconds, provider_http_client, upload_seconds
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 STATUS_MAP = {
@@ -105,16 +111,42 @@ def not_sent(spec: JobSpec) -> list[str]:
 
 def _error(exc: Exception, what: str) -> ProviderError:
     if isinstance(exc, openai.APIStatusError):
-        retryable = exc.status_code == 429 or exc.status_code >= 500
+        status = exc.status_code
+        if 300 <= status < 400:
+            where = clean_text(exc.response.headers.get("location", ""), limit=100)
+            return ProviderError(
+                f"openai: {what} answered {status}, a redirect to {where!r}: not followed "
+                "(a key and a training file go only to the endpoint's URL)",
+                status=status,
+            )
         message = clean_text(getattr(exc, "message", "") or str(exc), limit=300)
         return ProviderError(
-            f"openai: {what} answered {exc.status_code}: {message}",
-            retryable=retryable,
-            status=exc.status_code,
+            f"openai: {what} answered {status}: {message}",
+            retryable=status == 429 or status >= 500,
+            status=status,
         )
-    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+    if isinstance(exc, openai.APITimeoutError):
+        return ProviderError(f"openai: {what} took longer than its deadline", retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
         return ProviderError(f"openai: {what} failed: {clean_text(exc, limit=200)}", retryable=True)
-    return ProviderError(f"openai: {what} failed: {clean_text(exc, limit=300)}")
+    if isinstance(exc, openai.OpenAIError):
+        return ProviderError(f"openai: {what} failed: {clean_text(exc, limit=300)}")
+    # Whatever the client library raised on an answer it could not read (JSON nested
+    # 100,000 deep, fields of the wrong type): nonsense from the provider, one line.
+    return ProviderError(
+        f"openai: {what} answered something unreadable ({type(exc).__name__}: "
+        f"{clean_text(exc, limit=150)})"
+    )
+
+
+@contextlib.contextmanager
+def _calling(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise _error(exc, what) from exc
 
 
 class OpenAIProvider:
@@ -128,7 +160,9 @@ class OpenAIProvider:
             api_key=api_key or "not-needed",
             base_url=self.base_url,
             max_retries=retries,
-            timeout=600.0,
+            timeout=call_seconds(),
+            # No redirect is followed; each request's timeout bounds all of it.
+            http_client=provider_http_client(client_class=openai.DefaultHttpxClient),
         )
 
     def plan(
@@ -162,94 +196,116 @@ class OpenAIProvider:
         return plans
 
     def upload(self, *, file: UploadFile, idempotency_key: str) -> str:
-        try:
-            with file.open() as fh:
-                # A file object is streamed by the client (and rewound on a retry).
-                answer = self._client.files.create(
-                    file=(file.name, fh, "application/jsonl"),
-                    purpose="fine-tune",
-                    extra_headers={"Idempotency-Key": idempotency_key},
-                )
-        except openai.OpenAIError as exc:
-            raise _error(exc, "files.create") from exc
-        return clean_text(answer.id, limit=200)
+        with _calling("files.create"), file.open() as fh:
+            # A file object is streamed by the client (and rewound on a retry).
+            answer = self._client.files.create(
+                file=(file.name, fh, "application/jsonl"),
+                purpose="fine-tune",
+                extra_headers={"Idempotency-Key": idempotency_key},
+                timeout=upload_seconds(),
+            )
+            return remote_id(answer.id, "openai: files.create")
 
     def create_job(self, *, spec: JobSpec, idempotency_key: str) -> str:
-        try:
+        with _calling("fine_tuning.jobs.create"):
             job = self._client.fine_tuning.jobs.create(
                 **create_params(spec), extra_headers={"Idempotency-Key": idempotency_key}
             )
-        except openai.OpenAIError as exc:
-            raise _error(exc, "fine_tuning.jobs.create") from exc
-        return clean_text(job.id, limit=200)
+            return remote_id(job.id, "openai: fine_tuning.jobs.create")
 
     def find_job(self, *, idempotency_key: str) -> str:
         """A job this submission already created (its metadata carries the key), or ""."""
-        try:
+        with _calling("fine_tuning.jobs.list"):
             page = self._client.fine_tuning.jobs.list(
                 limit=100, metadata={"studio_submission": idempotency_key}
             )
             for job in page.data:
                 if (job.metadata or {}).get("studio_submission") == idempotency_key:
-                    return clean_text(job.id, limit=200)
-        except openai.OpenAIError as exc:
-            raise _error(exc, "fine_tuning.jobs.list") from exc
+                    return remote_id(job.id, "openai: fine_tuning.jobs.list")
         return ""
 
     def start_job(self, *, remote_job_id: str) -> None:
         return None  # OpenAI starts a job when it is created
 
     def state(self, *, remote_job_id: str) -> RemoteState:
-        try:
-            job = self._client.fine_tuning.jobs.retrieve(remote_job_id)
-        except openai.OpenAIError as exc:
-            raise _error(exc, "fine_tuning.jobs.retrieve") from exc
-        remote = clean_text(job.status, limit=40).lower()
-        error = ""
-        if job.error is not None and (job.error.message or job.error.code):
-            error = clean_text(
-                f"{job.error.code or 'error'}: {job.error.message or ''}"
-                + (f" (param {job.error.param})" if job.error.param else "")
-            )
-        tokens = job.trained_tokens if isinstance(job.trained_tokens, int) else None
-        if tokens is not None and not 0 <= tokens < 2**53:
-            tokens = None
-        return RemoteState(
-            status=STATUS_MAP.get(remote, "running"),
-            remote_status=remote,
-            fine_tuned_model=clean_text(job.fine_tuned_model, limit=300),
-            trained_tokens=tokens,
-            error=error,
-        )
+        with _calling("fine_tuning.jobs.retrieve"):
+            job = self._client.fine_tuning.jobs.retrieve(remote_id(remote_job_id, "the job"))
+            return _state(job)
 
     def events(self, *, remote_job_id: str, cursor: str) -> tuple[list[RemoteEvent], str]:
-        """Events newer than `cursor` (an event id), read newest first until the cursor."""
+        """Events not yet read, oldest first, at most a poll's worth.
+
+        OpenAI lists events newest first (`after` pages towards older ones), so a backlog
+        longer than one poll takes is read from the top down over several polls: the cursor
+        holds the newest event stored before the backlog (`seen`) and the newest and oldest
+        of the backlog read so far (`top`, `bottom`).
+        """
+        seen, top, bottom = _event_cursor(cursor)
         found: list[RemoteEvent] = []
-        try:
-            page = self._client.fine_tuning.jobs.list_events(remote_job_id, limit=100)
-            done = False
-            while not done:
-                for event in page.data:
-                    if event.id == cursor:
-                        done = True
+        ended = False
+        with _calling("fine_tuning.jobs.list_events"):
+            job_id = remote_id(remote_job_id, "the job")
+            options = {"after": bottom} if bottom else {}
+            page = self._client.fine_tuning.jobs.list_events(job_id, limit=100, **options)
+            while len(found) < MAX_EVENTS_PER_POLL:
+                for event in page.data[: MAX_EVENTS_PER_POLL - len(found)]:
+                    if event.id == seen:
+                        ended = True
                         break
                     found.append(_event(event))
-                if done or not page.has_next_page() or len(found) >= 5000:
+                if ended or not page.has_next_page():
+                    ended = True
                     break
                 page = page.get_next_page()
-        except openai.OpenAIError as exc:
-            raise _error(exc, "fine_tuning.jobs.list_events") from exc
+        if ended:  # everything down to `seen` is stored
+            newest = top or (found[0].remote_id if found else seen)
+            next_cursor = newest
+        elif bottom:  # further down the backlog
+            next_cursor = json.dumps({"seen": seen, "top": top, "bottom": found[-1].remote_id})
+        else:  # a backlog begins
+            next_cursor = json.dumps(
+                {"seen": seen, "top": found[0].remote_id, "bottom": found[-1].remote_id}
+            )
         found.reverse()
-        return found, (found[-1].remote_id if found else cursor)
+        return found, next_cursor
 
     def metrics(self, *, remote_job_id: str, after_step: int) -> tuple[list[RemoteEvent], int]:
         return [], after_step  # OpenAI reports its metrics as events of type "metrics"
 
     def cancel(self, *, remote_job_id: str) -> None:
-        try:
-            self._client.fine_tuning.jobs.cancel(remote_job_id)
-        except openai.OpenAIError as exc:
-            raise _error(exc, "fine_tuning.jobs.cancel") from exc
+        with _calling("fine_tuning.jobs.cancel"):
+            self._client.fine_tuning.jobs.cancel(remote_id(remote_job_id, "the job"))
+
+
+def _event_cursor(cursor: str) -> tuple[str, str, str]:
+    """(seen, top, bottom) from a stored cursor: an event id, or JSON during a backlog."""
+    if not cursor.startswith("{"):
+        return cursor, "", ""
+    try:
+        parts = json.loads(cursor)
+        return str(parts["seen"]), str(parts["top"]), str(parts["bottom"])
+    except (ValueError, KeyError, TypeError):
+        return "", "", ""
+
+
+def _state(job: Any) -> RemoteState:
+    remote = clean_text(job.status, limit=40).lower()
+    error = ""
+    if job.error is not None and (job.error.message or job.error.code):
+        error = clean_text(
+            f"{job.error.code or 'error'}: {job.error.message or ''}"
+            + (f" (param {job.error.param})" if job.error.param else "")
+        )
+    tokens = job.trained_tokens if isinstance(job.trained_tokens, int) else None
+    if tokens is not None and not 0 <= tokens < 2**53:
+        tokens = None
+    return RemoteState(
+        status=STATUS_MAP.get(remote, "running"),
+        remote_status=remote,
+        fine_tuned_model=clean_text(job.fine_tuned_model, limit=300),
+        trained_tokens=tokens,
+        error=error,
+    )
 
 
 def _event(event: Any) -> RemoteEvent:
@@ -261,6 +317,7 @@ def _event(event: Any) -> RemoteEvent:
     if level not in ("info", "warning", "error"):
         level = "info"
     created = event.created_at if isinstance(event.created_at, int) else 0
+    created = created if 0 < created < 2**33 else 0  # a date Python can hold
     return RemoteEvent(
         remote_id=clean_text(event.id, limit=200),
         time=dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else dt.datetime.now(dt.UTC),

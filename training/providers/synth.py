@@ -11,16 +11,16 @@ import datetime as dt
 import json
 import random
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 from django.conf import settings
 
 from training.providers.base import (
+    MAX_EVENTS_PER_POLL,
     JobSpec,
     PlannedRequest,
     ProviderError,
@@ -31,10 +31,18 @@ from training.providers.base import (
     clean_number,
     clean_step,
     clean_text,
+    points_per_poll,
+    remote_id,
+)
+from training.providers.http import (
+    AnswerTooLarge,
+    UnreadableAnswer,
+    call_seconds,
+    provider_http_client,
+    upload_seconds,
 )
 
 CHUNK = 1 << 20
-TIMEOUT = 120.0
 # run_fft_and_save.py forwards these hyperparameters as they are; the studio adds
 # weight_decay, which that script dropped without a word.
 HYPERPARAMETER_KEYS = (
@@ -119,6 +127,7 @@ class SynthProvider:
         self.max_retries = (
             settings.STUDIO_TRAINING_MAX_RETRIES if max_retries is None else max_retries
         )
+        self._http = provider_http_client()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -140,8 +149,13 @@ class SynthProvider:
         headers: dict[str, str] | None = None,
         stream: Any = None,
         length: int | None = None,
+        seconds: float | None = None,
     ) -> Any:
-        """One request with retries for 429, 5xx and network errors; JSON back."""
+        """One request with retries for 429, 5xx and network errors; JSON back.
+
+        Never follows a redirect (the key stays with the endpoint's URL), and `seconds`
+        (default: the call deadline) bounds the whole exchange, not each read.
+        """
         attempt = 0
         while True:
             if stream is not None:
@@ -155,28 +169,9 @@ class SynthProvider:
                 hdrs["Content-Type"] = "application/json"
             if length is not None:
                 hdrs["Content-Length"] = str(length)
-            url = self._url(path)
-            request = urllib.request.Request(url, data=data, method=method, headers=hdrs)
-            try:
-                with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-                    raw = response.read(16 * 1024 * 1024)
-                return json.loads(raw) if raw.strip() else {}
-            except urllib.error.HTTPError as exc:
-                detail = clean_text(exc.read(2000).decode("utf-8", "replace"), limit=300)
-                retryable = exc.code == 429 or exc.code >= 500
-                error = ProviderError(
-                    f"synth: {method} {path} answered {exc.code}: {detail}",
-                    retryable=retryable,
-                    status=exc.code,
-                )
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                error = ProviderError(
-                    f"synth: {method} {path} failed: {clean_text(reason, limit=200)}",
-                    retryable=True,
-                )
-            except ValueError as exc:
-                raise ProviderError(f"synth: {method} {path} answered non-JSON: {exc}") from exc
+            answer, error = self._attempt(method, path, data, hdrs, seconds or call_seconds())
+            if error is None:
+                return answer
             if not error.retryable or attempt >= self.max_retries:
                 raise error
             attempt += 1
@@ -185,6 +180,44 @@ class SynthProvider:
                 settings.STUDIO_OPENAI_BACKOFF_BASE * 2 ** (attempt - 1),
             )
             time.sleep(delay * (0.5 + random.random() / 2))
+
+    def _attempt(
+        self, method: str, path: str, data: Any, headers: dict[str, str], seconds: float
+    ) -> tuple[Any, ProviderError | None]:
+        """Send once: the JSON answer, or the error to raise or retry."""
+        what = f"synth: {method} {path}"
+        try:
+            response = self._http.request(
+                method, self._url(path), content=data, headers=headers, timeout=seconds
+            )
+        except httpx2.TimeoutException:
+            return None, ProviderError(f"{what} took longer than {seconds:g} s", retryable=True)
+        except (AnswerTooLarge, UnreadableAnswer) as exc:
+            return None, ProviderError(f"{what}: {clean_text(exc, limit=200)}")
+        except (httpx2.HTTPError, OSError) as exc:
+            error = ProviderError(f"{what} failed: {clean_text(exc, limit=200)}", retryable=True)
+            return None, error
+        status = response.status_code
+        if 300 <= status < 400:
+            where = clean_text(response.headers.get("location", ""), limit=100)
+            return None, ProviderError(
+                f"{what} answered {status}, a redirect to {where!r}: not followed "
+                "(a key goes only to its endpoint's URL)",
+                status=status,
+            )
+        if status >= 400:
+            detail = clean_text(response.content[:2000].decode("utf-8", "replace"), limit=300)
+            return None, ProviderError(
+                f"{what} answered {status}: {detail}",
+                retryable=status == 429 or status >= 500,
+                status=status,
+            )
+        try:
+            return (json.loads(response.content) if response.content.strip() else {}), None
+        except (ValueError, RecursionError) as exc:
+            # Not JSON, or JSON nested past what the parser takes (a 100,000-deep answer).
+            error = ProviderError(f"{what} answered unreadable JSON: {clean_text(exc, limit=100)}")
+            return None, error
 
     # -- the protocol --------------------------------------------------------------------
 
@@ -238,15 +271,13 @@ class SynthProvider:
             "learning/files",
             stream=body,
             length=len(head) + file.bytes + len(tail),
+            seconds=upload_seconds(),
             headers={
                 "Content-Type": f"multipart/form-data; boundary={boundary}",
                 "Idempotency-Key": idempotency_key,
             },
         )
-        file_id = answer.get("id") if isinstance(answer, dict) else None
-        if not isinstance(file_id, str) or not file_id:
-            raise ProviderError(f"synth: upload answered without an id: {str(answer)[:200]}")
-        return clean_text(file_id, limit=200)
+        return remote_id(answer.get("id") if isinstance(answer, dict) else None, "synth: upload")
 
     def create_job(self, *, spec: JobSpec, idempotency_key: str) -> str:
         answer = self._call(
@@ -256,9 +287,7 @@ class SynthProvider:
             headers={"Idempotency-Key": idempotency_key},
         )
         job_id = (answer.get("job_id") or answer.get("id")) if isinstance(answer, dict) else None
-        if not isinstance(job_id, str) or not job_id:
-            raise ProviderError(f"synth: create job answered without an id: {str(answer)[:200]}")
-        return clean_text(job_id, limit=200)
+        return remote_id(job_id, "synth: create job")
 
     def start_job(self, *, remote_job_id: str) -> None:
         self._call("POST", f"learning/jobs/{_q(remote_job_id)}/start", body={})
@@ -269,7 +298,7 @@ class SynthProvider:
         remote = clean_text(answer.get("status"), limit=40).lower()
         error = answer.get("error")
         if isinstance(error, dict):
-            error = error.get("message") or json.dumps(error)[:2000]
+            error = error.get("message") or json.dumps(clean_data(error))[:2000]
         tokens = answer.get("trained_tokens")
         return RemoteState(
             status=STATUS_MAP.get(remote, "running" if remote else "submitted"),
@@ -287,13 +316,16 @@ class SynthProvider:
             "GET", f"learning/jobs/{_q(remote_job_id)}/events?since_seq={since}&limit=200"
         )
         raw = answer.get("events") if isinstance(answer, dict) else None
-        events = []
+        numbered = []
         for item in raw if isinstance(raw, list) else []:
-            if not isinstance(item, dict):
-                continue
-            seq = clean_step(item.get("seq"))
-            if seq is None or seq <= since:
-                continue
+            seq = clean_step(item.get("seq")) if isinstance(item, dict) else None
+            if seq is not None and seq > since:
+                numbered.append((seq, item))
+        # At most a poll's worth, oldest first: the cursor stops at the last one taken, so
+        # the rest come with the next poll.
+        numbered.sort(key=lambda pair: pair[0])
+        events = []
+        for seq, item in numbered[:MAX_EVENTS_PER_POLL]:
             kind = clean_text(item.get("type"), limit=100)
             data = clean_data(item.get("data")) if isinstance(item.get("data"), dict) else {}
             level = clean_text(item.get("level"), limit=20).lower()
@@ -320,16 +352,18 @@ class SynthProvider:
             "GET", f"learning/jobs/{_q(remote_job_id)}/metrics?after_step={after_step}&limit=500"
         )
         raw = answer.get("points") if isinstance(answer, dict) else None
-        points = []
-        newest = after_step
+        usable = []
         for item in raw if isinstance(raw, list) else []:
             if not isinstance(item, dict):
                 continue
             step = clean_step(item.get("step"))
             value = clean_number(item.get("value"))
             name = clean_text(item.get("name"), limit=60)
-            if step is None or value is None or not name or step <= after_step:
-                continue
+            if step is not None and value is not None and name and step > after_step:
+                usable.append((step, name, value, item))
+        points = []
+        newest = after_step
+        for step, name, value, item in points_per_poll(usable):
             validation = "val" in name or "eval" in name
             points.append(
                 RemoteEvent(

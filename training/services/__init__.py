@@ -21,7 +21,11 @@ from training.services.jobs import (
     training_job_enqueue,
     training_job_plan,
 )
-from training.services.polling import training_job_poll, training_jobs_poll_active
+from training.services.polling import (
+    training_job_poll,
+    training_job_refresh,
+    training_jobs_poll_active,
+)
 from training.services.submitting import training_job_submit, training_jobs_requeue_stale
 
 __all__ = [
@@ -36,6 +40,7 @@ __all__ = [
     "training_job_enqueue",
     "training_job_plan",
     "training_job_poll",
+    "training_job_refresh",
     "training_job_submit",
     "training_jobs_poll_active",
     "training_jobs_requeue_stale",

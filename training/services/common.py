@@ -82,9 +82,14 @@ def _api_key(job: TrainingJob) -> str:
     if job.endpoint_name:
         endpoint = Endpoint.objects.filter(name=job.endpoint_name, kind=job.provider).first()
         if endpoint is None or endpoint.base_url.rstrip("/") != job.base_url.rstrip("/"):
-            raise ProviderError(
+            raise EndpointStopped(
                 f"endpoint {job.endpoint_name!r} is gone or now points elsewhere; "
                 "its key is not sent to the job's old URL"
+            )
+        if not endpoint.enabled:
+            raise EndpointStopped(
+                f"endpoint {job.endpoint_name!r} was disabled by an admin; nothing is sent "
+                "with its key, so the studio stopped following this job"
             )
         return endpoint_api_key(endpoint)
     if job.api_key_env not in KEY_ENV.values():
@@ -92,8 +97,17 @@ def _api_key(job: TrainingJob) -> str:
     return os.environ.get(job.api_key_env, "")
 
 
-def _provider(job: TrainingJob) -> Provider:
-    return provider_for(name=job.provider, base_url=job.base_url, api_key=_api_key(job))
+class EndpointStopped(ProviderError):
+    """The job's endpoint may no longer be used: nothing more is sent for this job."""
+
+
+def _provider(job: TrainingJob, *, max_retries: int | None = None) -> Provider:
+    return provider_for(
+        name=job.provider,
+        base_url=job.base_url,
+        api_key=_api_key(job),
+        max_retries=max_retries,
+    )
 
 
 # -- notes ------------------------------------------------------------------------------------

@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError
-from training.providers.base import RemoteEvent
+from training.providers.base import RemoteEvent, RemoteState, clean_text
+from training.providers.http import call_seconds
 from training.providers.synth import terminal_event_status
-from training.services.common import ERROR_CHARS, _fail, _provider
+from training.services.common import ERROR_CHARS, EndpointStopped, _fail, _note, _provider
 
 logger = logging.getLogger(__name__)
 
 # -- poll -----------------------------------------------------------------------------------
+
+# A poll makes three calls (status, events, metrics), none retried: the next poll is the retry.
+CALLS_PER_POLL = 3
+
+
+def poll_lease() -> dt.timedelta:
+    """How long a poll may hold its job (and the beat task all polls): longer than its three
+    calls can last, so a hung provider is never handed to a second worker meanwhile."""
+    return dt.timedelta(seconds=CALLS_PER_POLL * call_seconds() + 30)
 
 
 def training_job_poll(*, job_id: int) -> str:
@@ -28,49 +40,84 @@ def training_job_poll(*, job_id: int) -> str:
     if job.submitted_at is None:
         return "skipped"  # the submission task has not finished starting it
     try:
-        provider = _provider(job)
+        provider = _provider(job, max_retries=0)
         # State first: the events read after it include everything up to that state.
         state = provider.state(remote_job_id=job.remote_job_id)
         events, cursor = provider.events(remote_job_id=job.remote_job_id, cursor=job.event_cursor)
         metrics, after = provider.metrics(
             remote_job_id=job.remote_job_id, after_step=job.metric_cursor
         )
-    except ProviderError as exc:
-        TrainingJob.objects.filter(id=job.id).update(polled_at=timezone.now())
-        if exc.retryable:
-            return "retry"
-        _fail(job, f"Polling failed: {exc}")
+    except EndpointStopped as exc:
+        _fail(job, str(exc))
         return "failed"
+    except ProviderError as exc:
+        return _poll_failed(job, exc)
     _store_events(job, events + metrics)
-    status = state.status
-    for event in events:
-        ended = terminal_event_status(event)
-        if ended and status not in ("succeeded", "failed", "canceled"):
-            status = ended
-    fields: dict = {
-        "event_cursor": cursor,
-        "metric_cursor": after,
-        "remote_status": state.remote_status,
-        "polled_at": timezone.now(),
-    }
-    if state.fine_tuned_model:
-        fields["fine_tuned_model"] = state.fine_tuned_model
-    if state.trained_tokens is not None:
-        fields["trained_tokens"] = state.trained_tokens
-    if status == "running" and job.started_at is None:
-        fields["started_at"] = timezone.now()
-    if status in ("running", "submitted"):
-        fields["status"] = status
-    if status in ("succeeded", "failed", "canceled"):
-        fields["status"] = status
-        fields["finished_at"] = timezone.now()
-        if status == "failed":
-            failures = [e.message for e in events if e.level == "error" and e.message]
-            fields["error"] = (state.error or "\n".join(failures) or "The provider failed the job")[
-                :ERROR_CHARS
-            ]
+    fields = _poll_fields(job, state=state, events=events)
+    fields.update(event_cursor=cursor, metric_cursor=after)
     TrainingJob.objects.filter(id=job.id).exclude(status__in=TrainingJob.TERMINAL).update(**fields)
     return str(fields.get("status", job.status))
+
+
+def _poll_failed(job: TrainingJob, exc: ProviderError) -> str:
+    """A provider that is down is waited for; one answering nonsense fails the job after
+    STUDIO_TRAINING_POLL_FAILURES polls in a row, with one line."""
+    now = timezone.now()
+    if exc.retryable:
+        TrainingJob.objects.filter(id=job.id).update(polled_at=now)
+        return "retry"
+    failures = job.poll_failures + 1
+    limit = settings.STUDIO_TRAINING_POLL_FAILURES
+    if failures >= limit:
+        _fail(job, f"Polling failed {failures} times in a row; the last: {exc}")
+        return "failed"
+    TrainingJob.objects.filter(id=job.id).update(polled_at=now, poll_failures=failures)
+    logger.warning("training job %s: poll %s of %s failed: %s", job.id, failures, limit, exc)
+    return "retry"
+
+
+def _poll_fields(job: TrainingJob, *, state: RemoteState, events: list[RemoteEvent]) -> dict:
+    """The job's fields after a poll that read `state` and `events`."""
+    now = timezone.now()
+    status = state.status
+    model = state.fine_tuned_model
+    for event in events:
+        ended = terminal_event_status(event)
+        if ended and status not in TrainingJob.TERMINAL:
+            status = ended
+        model = model or clean_text(event.data.get("fine_tuned_model"), limit=300)
+    fields: dict = {"remote_status": state.remote_status, "polled_at": now, "poll_failures": 0}
+    if model:
+        fields["fine_tuned_model"] = model
+    if state.trained_tokens is not None:
+        fields["trained_tokens"] = state.trained_tokens
+    if status == "succeeded" and not (model or job.fine_tuned_model):
+        # Reported done, yet no model to evaluate: read the status again until it names one.
+        reported = job.success_reported_at or now
+        fields["success_reported_at"] = reported
+        waited = (now - reported).total_seconds()
+        if waited < settings.STUDIO_TRAINING_MODEL_WAIT_SECONDS:
+            status = "running"
+        else:
+            status = "failed"
+            fields["error"] = (
+                f"the provider reported success but gave no model id (asked for "
+                f"{waited:.0f} s); Refresh asks again"
+            )
+    if status == "running" and job.started_at is None:
+        fields["started_at"] = now
+    if status in ("running", "submitted"):
+        fields["status"] = status
+    if status in TrainingJob.TERMINAL:
+        fields["status"] = status
+        fields["finished_at"] = now
+        if status == "succeeded":
+            fields["error"] = ""  # an outage it came through is no longer an error
+        if status == "failed" and "error" not in fields:
+            failures = [e.message for e in events if e.level == "error" and e.message]
+            error = state.error or "\n".join(failures) or "The provider failed the job"
+            fields["error"] = error[:ERROR_CHARS]
+    return fields
 
 
 def _store_events(job: TrainingJob, events: list[RemoteEvent]) -> None:
@@ -97,7 +144,22 @@ def _store_events(job: TrainingJob, events: list[RemoteEvent]) -> None:
 
 
 def training_jobs_poll_active() -> int:
-    """The beat task: poll every active job with a remote id not polled in the last interval."""
+    """The beat task: poll every active job with a remote id not polled in the last interval.
+
+    One of these runs at a time (a lease in the cache), so following training holds at most
+    one worker thread, for at most `poll_lease()` per job, whatever the providers do.
+    """
+    lease = poll_lease()
+    token = uuid.uuid4().hex
+    if not _lease_take(token, lease):
+        return 0
+    try:
+        return _poll_due(lease, token)
+    finally:
+        _lease_give_back(token)
+
+
+def _poll_due(lease: dt.timedelta, token: str) -> int:
     now = timezone.now()
     due = now - dt.timedelta(seconds=settings.STUDIO_TRAINING_POLL_SECONDS / 2)
     ids = list(
@@ -110,11 +172,13 @@ def training_jobs_poll_active() -> int:
     )
     polled = 0
     for job_id in ids:
-        # Claim this round's poll: two beat ticks never ask twice at once.
+        _lease_renew(token, lease)
+        # Claim this round's poll until past its longest (the poll dates it when it ends): a
+        # second worker never asks the same hung provider meanwhile.
         if (
             TrainingJob.objects.filter(id=job_id)
             .filter(Q(polled_at__isnull=True) | Q(polled_at__lt=due))
-            .update(polled_at=now)
+            .update(polled_at=timezone.now() + lease)
             == 1
         ):
             try:
@@ -122,5 +186,61 @@ def training_jobs_poll_active() -> int:
             except Exception:
                 # One broken job must not stop the others being followed.
                 logger.exception("training job %s: poll failed", job_id)
+                TrainingJob.objects.filter(id=job_id).update(polled_at=timezone.now())
             polled += 1
     return polled
+
+
+_LEASE_KEY = "training-polls-running"
+
+
+def _lease_take(token: str, lease: dt.timedelta) -> bool:
+    """Taken for one job's poll at a time (renewed before each): a task killed mid-way
+    holds the polls back for one lease at most."""
+    try:
+        return cache.add(_LEASE_KEY, token, timeout=lease.total_seconds())
+    except Exception as exc:  # the cache is down: poll anyway, the per-job lease still holds
+        logger.warning("training polls: the cache is unreachable (%s)", type(exc).__name__)
+        return True
+
+
+def _lease_renew(token: str, lease: dt.timedelta) -> None:
+    try:
+        cache.set(_LEASE_KEY, token, timeout=lease.total_seconds())
+    except Exception:
+        logger.warning("training polls: the cache is unreachable; the lease was not renewed")
+
+
+def _lease_give_back(token: str) -> None:
+    try:
+        if cache.get(_LEASE_KEY) == token:
+            cache.delete(_LEASE_KEY)
+    except Exception:
+        logger.warning("training polls: could not give the lease back; it expires by itself")
+
+
+def training_job_refresh(*, job_id: int) -> str:
+    """Read the status of a job the provider called succeeded without naming its model.
+
+    "succeeded" once the status names the model; else the job stays as it is, with a note.
+    """
+    job = TrainingJob.objects.filter(id=job_id).first()
+    if job is None or not job.needs_model_refresh:
+        return "skipped"
+    try:
+        state = _provider(job, max_retries=0).state(remote_job_id=job.remote_job_id)
+    except ProviderError as exc:
+        _note(job, "refresh_failed", f"Refresh failed: {exc}", level=TrainingEvent.Level.ERROR)
+        return "failed"
+    if not state.fine_tuned_model:
+        _note(job, "refreshed", f"Still no model id (remote status {state.remote_status!r})")
+        return "no_model"
+    TrainingJob.objects.filter(id=job.id, status=TrainingJob.Status.FAILED).update(
+        status=TrainingJob.Status.SUCCEEDED,
+        fine_tuned_model=state.fine_tuned_model,
+        remote_status=state.remote_status,
+        error="",
+        finished_at=timezone.now(),
+    )
+    _note(job, "refreshed", f"The provider names the model now: {state.fine_tuned_model}")
+    return "succeeded"

@@ -105,6 +105,9 @@ class _Base:
         self.hold_start.set()  # cleared by a test to keep a start request waiting
         self.start_waiting = threading.Event()
         self.lock = threading.Lock()
+        # A test's own answer: called with (handler, method, path) before the route; True
+        # when it answered (a redirect, a trickle, raw bytes), False to route as usual.
+        self.override: Any = None
         self._ids = itertools.count(1)
         self._seq = itertools.count(1)
         self.httpd: ThreadingHTTPServer | None = None
@@ -143,6 +146,8 @@ class _Base:
                 }
                 with server.lock:
                     server.requests.append(record)
+                if server.override is not None and server.override(self, method, parsed.path):
+                    return
                 status, payload = server.route(method, parsed, self.headers, body)
                 self._send(status, payload)
 
@@ -379,10 +384,17 @@ class OpenAIFineTuningServer(_Base):
                     )
                 return 200, self._job_json(job)
             if method == "GET" and tail == "events":
+                # Newest first; `after` pages towards older events, `limit` per page.
+                listed = [self._event_json(job, e) for e in reversed(self._all_events(job))]
+                after = query.get("after", [""])[0]
+                if after:
+                    ids = [e["id"] for e in listed]
+                    listed = listed[ids.index(after) + 1 :] if after in ids else []
+                limit = int(query.get("limit", ["20"])[0])
                 return 200, {
                     "object": "list",
-                    "data": [self._event_json(job, e) for e in reversed(self._all_events(job))],
-                    "has_more": False,
+                    "data": listed[:limit],
+                    "has_more": len(listed) > limit,
                 }
         return 404, {"error": {"message": f"no route {method} {path}"}}
 

@@ -96,6 +96,18 @@ class _BoundedStream(httpx2.SyncByteStream):
 
 def bounded_http_client(*, max_bytes: int, timeout: float) -> httpx2.Client:
     """The client library's HTTP client, its bodies bounded whatever transport (or proxy)."""
+    return openai.DefaultHttpxClient(
+        event_hooks={"response": [bounded_body_hook(max_bytes=max_bytes, timeout=timeout)]},
+        # Plain-HTTP endpoints (a vLLM server on the network) over the standard library's
+        # HTTP client: a third of the CPU per call (`plain_http`).
+        mounts=plain_http_mounts(),
+        # The key goes to the endpoint's URL, never on to where it redirects.
+        follow_redirects=False,
+    )
+
+
+def bounded_body_hook(*, max_bytes: int, timeout: float):
+    """A response hook that reads each body in at most `max_bytes` (decoded) and `timeout`."""
 
     def bound(response: httpx2.Response) -> None:
         # Runs on each response before any of its body is read.
@@ -115,11 +127,4 @@ def bounded_http_client(*, max_bytes: int, timeout: float) -> httpx2.Client:
         response.headers.pop("content-encoding", None)
         response.stream = stream
 
-    return openai.DefaultHttpxClient(
-        event_hooks={"response": [bound]},
-        # Plain-HTTP endpoints (a vLLM server on the network) over the standard library's
-        # HTTP client: a third of the CPU per call (`plain_http`).
-        mounts=plain_http_mounts(),
-        # The key goes to the endpoint's URL, never on to where it redirects.
-        follow_redirects=False,
-    )
+    return bound

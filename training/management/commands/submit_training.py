@@ -14,6 +14,7 @@ from datasets import services as dataset_services
 from datasets.models import Dataset
 from studio.commands import StudioCommand
 from studio.queue import QUEUE_UNREACHABLE
+from studio.untrusted import terminal_safe
 from training import selectors, services
 from training.config import ConfigError, config_load
 from training.models import TrainingJob
@@ -142,10 +143,11 @@ class Command(StudioCommand):
                 self.stderr.write(f"[job {job.id}] {status}")
             for event in job.events.exclude(id__in=seen).order_by("time", "id"):
                 seen.add(event.id)
-                self.stderr.write(f"  {event.time:%H:%M:%S} {event.level:7} {event.message}")
+                message = terminal_safe(event.message)
+                self.stderr.write(f"  {event.time:%Y-%m-%d %H:%M:%S} {event.level:7} {message}")
             if job.status in TrainingJob.TERMINAL:
                 if job.error:
-                    self.stderr.write(f"error: {job.error}")
+                    self.stderr.write(f"error: {terminal_safe(job.error)}")
                 return job
             interval = settings.STUDIO_TRAINING_POLL_SECONDS
             if job.remote_job_id and job.submitted_at and time.monotonic() - last_poll >= interval:
@@ -153,6 +155,6 @@ class Command(StudioCommand):
                 try:
                     services.training_job_poll(job_id=job.id)
                 except ProviderError as exc:
-                    self.stderr.write(f"poll: {exc}")
+                    self.stderr.write(f"poll: {terminal_safe(str(exc))}")
                 continue
             time.sleep(min(1.0, interval))

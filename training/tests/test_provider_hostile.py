@@ -1,0 +1,443 @@
+"""Providers that redirect, trickle, flood or answer nonsense, through the real poll and submit.
+
+Each test does the bad thing over real HTTP against the local provider servers of
+`servers.py` (whose `override` answers a request its own way) and checks what the studio
+sent, stored and said.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from studio.models import Endpoint
+from training import services
+from training.models import TrainingEvent, TrainingJob
+from training.submission import submission_build
+from training.tests.conftest import SYNTH_KEY
+from training.tests.servers import Tick
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Listener:
+    """A TCP server that only counts the bytes it receives (where a redirect points)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.received = 0
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/collect"
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.settimeout(0.5)
+            try:
+                while data := conn.recv(65536):
+                    self.received += len(data)
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    listening = Listener()
+    yield listening
+    listening.close()
+
+
+def redirect_to(url: str, *, status: int = 302, methods=("GET", "POST"), path_part: str = ""):
+    def answer(handler, method: str, path: str) -> bool:
+        if method not in methods or path_part not in path:
+            return False
+        handler.send_response(status)
+        handler.send_header("Location", url)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return True
+
+    return answer
+
+
+def raw_json(text: str, *, path_part: str, method: str = "GET"):
+    """Answer matching requests with `text` as the JSON body, whatever it holds."""
+
+    def answer(handler, got_method: str, path: str) -> bool:
+        if got_method != method or path_part not in path:
+            return False
+        data = text.encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+        return True
+
+    return answer
+
+
+def make_job(server, version, *, provider: str, endpoint: str = "") -> TrainingJob:
+    submission = submission_build(
+        config_text=_config(),
+        provider=provider,
+        version_id=version.id,
+        base_url="" if endpoint else server.base_url,
+        endpoint_name=endpoint,
+    )
+    return services.training_job_create(submission=submission, enqueue=False)
+
+
+def _config() -> str:
+    from training.tests.conftest import REFERENCE
+
+    return REFERENCE.read_text(encoding="utf-8")
+
+
+def submitted(server, version, *, provider: str = "synth", endpoint: str = "") -> TrainingJob:
+    job = make_job(server, version, provider=provider, endpoint=endpoint)
+    assert services.training_job_submit(job_id=job.id) == "submitted"
+    job.refresh_from_db()
+    return job
+
+
+def poll(job: TrainingJob) -> str:
+    outcome = services.training_job_poll(job_id=job.id)
+    job.refresh_from_db()
+    return outcome
+
+
+# -- 1. a key never leaves its endpoint's URL ---------------------------------------------
+
+
+@pytest.mark.parametrize("path_part", ["/learning/files", "/learning/jobs"])
+def test_it_refuses_a_redirect_on_submission_and_sends_the_listener_nothing(
+    synth_server, train_version, listener, path_part
+):
+    synth_server.override = redirect_to(listener.url, status=307, path_part=path_part)
+    job = make_job(synth_server, train_version, provider="synth")
+    assert services.training_job_submit(job_id=job.id) == "failed"
+    job.refresh_from_db()
+    assert "redirect" in job.error and "not followed" in job.error
+    assert len(job.error.splitlines()) == 1
+    time.sleep(0.3)
+    assert listener.received == 0
+
+
+@pytest.mark.parametrize("path_part", ["/events", "/metrics", "/learning/jobs/sft"])
+def test_it_refuses_a_redirect_on_every_poll_call_and_the_key_stays(
+    synth_server, train_version, listener, settings, path_part
+):
+    settings.STUDIO_TRAINING_POLL_FAILURES = 2
+    job = submitted(synth_server, train_version)
+    synth_server.override = redirect_to(listener.url, methods=("GET",), path_part=path_part)
+    assert poll(job) == "retry"
+    assert poll(job) == "failed"
+    assert job.status == "failed"
+    assert "redirect" in job.error and "Polling failed 2 times in a row" in job.error
+    assert len(job.error.splitlines()) == 1
+    time.sleep(0.3)
+    assert listener.received == 0
+
+
+def test_it_refuses_a_redirect_on_cancel(synth_server, train_version, listener):
+    job = submitted(synth_server, train_version)
+    synth_server.override = redirect_to(listener.url, methods=("POST",), path_part="/cancel")
+    assert services.training_job_cancel_remote(job_id=job.id) == "failed"
+    assert job.events.filter(type="studio.cancel_failed", message__contains="redirect").exists()
+    time.sleep(0.3)
+    assert listener.received == 0
+
+
+def test_it_does_not_send_the_training_file_on_to_an_openai_redirect(
+    openai_server, train_version, listener
+):
+    # 307 keeps the method and body: httpx would re-send the whole file to the new host.
+    openai_server.override = redirect_to(listener.url, status=307, path_part="/files")
+    job = make_job(openai_server, train_version, provider="openai")
+    assert services.training_job_submit(job_id=job.id) == "failed"
+    job.refresh_from_db()
+    assert "307" in job.error and "not followed" in job.error
+    time.sleep(0.3)
+    assert listener.received == 0
+
+
+def test_it_sends_nothing_with_a_disabled_endpoints_key(synth_server, train_version):
+    Endpoint.objects.create(
+        name="synth-prod", kind="synth", base_url=synth_server.base_url, api_key_env="SYNTH_API_KEY"
+    )
+    job = submitted(synth_server, train_version, endpoint="synth-prod")
+    assert {r["authorization"] for r in synth_server.requests} == {f"Bearer {SYNTH_KEY}"}
+    Endpoint.objects.filter(name="synth-prod").update(enabled=False)
+    before = len(synth_server.requests)
+    assert poll(job) == "failed"
+    assert len(synth_server.requests) == before  # not even a request without the key
+    assert job.status == "failed"
+    assert "disabled" in job.error
+    assert services.training_job_cancel_remote(job_id=job.id) == "skipped"
+    assert len(synth_server.requests) == before
+
+
+# -- 2. slow, huge or hostile -------------------------------------------------------------
+
+
+def trickle(path_part: str, *, every: float):
+    """Headers at once, then one byte of the body every `every` seconds (slow-loris)."""
+
+    def answer(handler, method: str, path: str) -> bool:
+        if method != "GET" or path_part not in path:
+            return False
+        body = b'{"status": "running", "padding": "' + b"x" * 200 + b'"}'
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        try:
+            for byte in body:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(every)
+        except OSError:
+            pass
+        return True
+
+    return answer
+
+
+def test_a_trickling_provider_is_cut_at_the_call_deadline_and_asked_by_one_worker(
+    synth_server, train_version, settings
+):
+    settings.STUDIO_TRAINING_CALL_SECONDS = 1.5
+    settings.STUDIO_TRAINING_POLL_SECONDS = 0.2
+    job = submitted(synth_server, train_version)
+    second = submitted(synth_server, train_version)
+    synth_server.override = trickle(f"/learning/jobs/{job.remote_job_id}", every=0.3)
+    TrainingJob.objects.update(polled_at=None)
+    results: list[int] = []
+    first = threading.Thread(target=lambda: results.append(services.training_jobs_poll_active()))
+    started = time.monotonic()
+    first.start()
+    time.sleep(0.5)
+    # A second beat tick meanwhile: the polls' lease is held, so it takes no worker time
+    # and never asks the trickling provider a second time.
+    assert services.training_jobs_poll_active() == 0
+    first.join(timeout=30)
+    took = time.monotonic() - started
+    assert results == [2]
+    # One status read of the trickling job, cut at its deadline (1.5 s, not 200 x 0.3 s).
+    status_reads = synth_server.calls("GET", f"/learning/jobs/{job.remote_job_id}")
+    assert len(status_reads) == 1
+    assert took < 10
+    job.refresh_from_db()
+    second.refresh_from_db()
+    assert job.status == "submitted" and job.error == ""  # waited for, not failed
+    assert second.polled_at is not None
+
+
+def test_a_flood_of_events_and_points_is_stored_a_polls_worth_at_a_time_none_lost(
+    synth_server, train_version
+):
+    synth_server.script = [
+        Tick(
+            "running",
+            [("sft.progress", f"event {i}", {}) for i in range(1200)],
+            [(name, step, step / 10) for step in range(1, 2501) for name in ("loss", "val.loss")],
+        )
+    ]
+    job = submitted(synth_server, train_version)
+    counts = []
+    for _ in range(4):
+        poll(job)
+        counts.append(
+            (
+                job.events.filter(type="sft.progress").count(),
+                job.events.filter(type="metric").count(),
+            )
+        )
+    # 500 events and under 2,000 points a poll, whole steps only (999 of 2 points: the
+    # 1,000th step would reach the cap), then the rest.
+    assert counts == [(500, 1998), (1000, 3996), (1200, 5000), (1200, 5000)]
+    messages = list(
+        job.events.filter(type="sft.progress").order_by("remote_id").values_list("message")
+    )
+    assert len(set(messages)) == 1200
+    # Every step has both of its points: none was cut between two polls.
+    assert job.events.filter(type="metric", validation_loss__isnull=False).count() == 2500
+
+
+def test_an_openai_backlog_is_read_over_several_polls_with_nothing_lost(
+    openai_server, train_version
+):
+    openai_server.script = [
+        Tick("running", [("message", f"event {i}", {}) for i in range(1234)]),
+        Tick("running", [("message", f"late {i}", {}) for i in range(7)]),
+        Tick("running", []),
+        Tick("running", []),
+    ]
+    job = submitted(openai_server, train_version, provider="openai")
+    for _ in range(4):
+        poll(job)
+        assert job.status == "running", job.error
+    stored = list(job.events.exclude(type__startswith="studio.").values_list("message", flat=True))
+    expected = {f"event {i}" for i in range(1234)} | {f"late {i}" for i in range(7)}
+    assert set(stored) >= expected
+    assert len(stored) == len(set(stored))  # each once
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"events": [{"seq": 1e400, "type": "sft.progress"}]}',
+        '{"events": [{"seq": NaN, "type": "sft.progress"}, {"seq": -Infinity}]}',
+        '{"events": [{"seq": 5, "type": "x", "created_at": 1e300, "data": {"step": 1e400}}]}',
+    ],
+)
+def test_values_out_of_range_are_dropped_not_a_wedged_job(synth_server, train_version, answer):
+    job = submitted(synth_server, train_version)
+    synth_server.override = raw_json(answer, path_part="/events")
+    assert poll(job) == "running"
+    assert job.status == "running" and job.poll_failures == 0
+
+
+def test_a_provider_answering_nonsense_fails_the_job_after_n_polls_with_one_line(
+    synth_server, train_version, settings
+):
+    settings.STUDIO_TRAINING_POLL_FAILURES = 3
+    job = submitted(synth_server, train_version)
+    deep = "[" * 100_000 + "]" * 100_000
+    synth_server.override = raw_json(deep, path_part=f"/learning/jobs/{job.remote_job_id}")
+    assert [poll(job) for _ in range(3)] == ["retry", "retry", "failed"]
+    assert job.status == "failed"
+    assert "unreadable JSON" in job.error and len(job.error.splitlines()) == 1
+    # Cancel of the same hostile provider answers in one line too, never a traceback.
+    assert services.training_job_cancel_remote(job_id=job.id) == "skipped"
+
+
+def test_an_openai_job_id_that_climbs_out_of_its_url_is_refused(openai_server, train_version):
+    def dotdot(handler, method: str, path: str) -> bool:
+        if method != "POST" or not path.endswith("/fine_tuning/jobs"):
+            return False
+        data = json.dumps({"id": "..", "object": "fine_tuning.job", "status": "queued"}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+        return True
+
+    openai_server.override = dotdot
+    job = make_job(openai_server, train_version, provider="openai")
+    assert services.training_job_submit(job_id=job.id) == "failed"
+    job.refresh_from_db()
+    assert job.status == "failed" and job.remote_job_id == ""
+    assert "unusable id" in job.error
+
+
+def test_an_answer_over_the_size_cap_is_refused(synth_server, train_version, monkeypatch):
+    monkeypatch.setattr("training.providers.http.MAX_ANSWER_BYTES", 10_000)
+    monkeypatch.setattr("training.providers.synth.provider_http_client", _small_client)
+    job = submitted(synth_server, train_version)
+    synth_server.override = raw_json(
+        json.dumps({"events": [{"seq": 1, "message": "x" * 20_000}]}), path_part="/events"
+    )
+    assert poll(job) == "retry"
+    assert job.poll_failures == 1
+
+
+def _small_client():
+    from training.providers.http import provider_http_client
+
+    return provider_http_client()
+
+
+def test_a_job_succeeded_without_a_model_keeps_asking_then_says_so(
+    synth_server, train_version, settings
+):
+    settings.STUDIO_TRAINING_MODEL_WAIT_SECONDS = 3600
+    # The completion event comes before the status names the model (synth-ai's own poller
+    # reads the status again for this reason).
+    synth_server.script = [
+        Tick("running", [("sft.completed", "Training finished", {})]),
+        Tick("running", []),
+        Tick("succeeded", [], fine_tuned_model="ft:late-model"),
+    ]
+    job = submitted(synth_server, train_version)
+    assert poll(job) == "running"
+    assert job.status == "running" and job.success_reported_at is not None
+    assert poll(job) == "running"
+    assert poll(job) == "succeeded"
+    assert job.fine_tuned_model == "ft:late-model"
+    assert job.remote_status == "succeeded"
+
+
+def test_past_the_wait_a_job_without_a_model_fails_and_refresh_finds_it(
+    synth_server, train_version, settings
+):
+    settings.STUDIO_TRAINING_MODEL_WAIT_SECONDS = 0
+    synth_server.script = [Tick("succeeded", [("sft.completed", "done", {})])]
+    job = submitted(synth_server, train_version)
+    assert poll(job) == "failed"
+    assert "reported success but gave no model id" in job.error
+    assert job.needs_model_refresh
+    assert services.training_job_refresh(job_id=job.id) == "no_model"
+    synth_server.jobs[job.remote_job_id].fine_tuned_model = "ft:found-later"
+    assert services.training_job_refresh(job_id=job.id) == "succeeded"
+    job.refresh_from_db()
+    assert (job.status, job.fine_tuned_model, job.error) == ("succeeded", "ft:found-later", "")
+
+
+def test_the_model_id_in_the_completion_event_is_enough(synth_server, train_version):
+    synth_server.script = [
+        Tick("running", [("sft.completed", "done", {"fine_tuned_model": "ft:from-event"})])
+    ]
+    job = submitted(synth_server, train_version)
+    assert poll(job) == "succeeded"
+    assert job.fine_tuned_model == "ft:from-event"
+
+
+def test_escapes_from_a_provider_never_reach_the_terminal(
+    celery_worker, synth_server, train_version
+):
+    from datasets.tests.conftest import run
+    from training.tests.conftest import REFERENCE
+
+    hostile = "clear\x1b[2Jtitle\x1b]0;pwned\x07end\x9b"
+    synth_server.script = [
+        Tick("running", [("sft.progress", hostile, {})]),
+        Tick("failed", [("sft.failed", "boom\x1b[31m", {})], error="boom\x1b[31m"),
+    ]
+    outcome = run(
+        "submit_training",
+        "--config",
+        str(REFERENCE),
+        "--dataset-version",
+        str(train_version.id),
+        "--base-url",
+        synth_server.base_url,
+        "--wait",
+    )
+    assert outcome.code == 1
+    assert "clear\\x1b[2Jtitle\\x1b]0;pwned\\x07end\\x9b" in outcome.stderr
+    assert "error: boom\\x1b[31m" in outcome.stderr
+    for control in ("\x1b", "\x07", "\x9b"):
+        assert control not in outcome.stderr + outcome.stdout
+    # Stored as the provider sent it (escaped when shown): the page escapes HTML itself.
+    assert TrainingEvent.objects.filter(message=hostile).exists()
