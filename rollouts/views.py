@@ -70,9 +70,13 @@ def batch_list(request: HttpRequest) -> HttpResponse:
 def batch_create(request: HttpRequest) -> HttpResponse:
     source = None
     initial = None
-    if request.method == "GET" and request.GET.get("from", "").isdigit():
+    source_id = request.GET.get("from", "")
+    # An id PostgreSQL's bigint can hold: ASCII digits, at most 18 of them.
+    if request.method == "GET" and source_id.isascii() and source_id.isdigit():
         # "Run again": the form prefilled with that batch's settings.
-        source = RolloutBatch.objects.filter(id=int(request.GET["from"])).first()
+        source = (
+            RolloutBatch.objects.filter(id=int(source_id)).first() if len(source_id) <= 18 else None
+        )
         if source is not None and source.policy != RolloutBatch.Policy.IMPORTED:
             initial = BatchCreateForm.initial_from(services.batch_settings(source))
     form = BatchCreateForm(request.POST or None, initial=initial)
@@ -182,7 +186,8 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
     except Episode.DoesNotExist as exc:
         raise Http404("no such episode") from exc
     try:
-        start = int(request.GET.get("turn", "0"))
+        turn = request.GET.get("turn", "0")
+        start = int(turn) if len(turn) <= 12 else 0
     except ValueError:
         start = 0
     start = min(max(start, 0), max(index.count - 1, 0))

@@ -122,6 +122,7 @@ def test_it_answers_hostile_cursors_without_a_500(viewer_client, world, page):
 
 def test_it_answers_hostile_numbers_on_the_editors_pages(editor_client, world):
     problems = _problems(editor_client, "/turns/bulk-flag/", ("batch", "seed"), HOSTILE)
+    problems += _problems(editor_client, "/rollouts/new/", ("from",), HOSTILE)
     assert problems == []
 
 
