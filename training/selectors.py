@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from training.models import TrainingEvent, TrainingJob
+from training.upload_files import ValidationSource, validation_source
 
 
 def jobs_recent() -> QuerySet[TrainingJob]:
@@ -21,6 +22,16 @@ def job_events(*, job: TrainingJob, limit: int = 500) -> list[TrainingEvent]:
     newest = list(job.events.order_by("-time", "-id")[:limit])
     newest.reverse()
     return newest
+
+
+def job_validation_source(*, job: TrainingJob) -> ValidationSource | None:
+    """Where the job's validation rows come from, as its submission chose them."""
+    source = validation_source(
+        version=job.dataset_version, validation_version=job.validation_version
+    )
+    if source and source.is_split and job.remote_job_id and not job.remote_validation_file_id:
+        return None  # created remotely before a version's own split was sent
+    return source
 
 
 def job_unsent(*, job_id: int) -> bool:

@@ -14,8 +14,9 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from django.core.files.storage import default_storage
 
@@ -27,6 +28,37 @@ from training.providers.base import UploadFile
 # synth-ai's SFT loader needs a prompt and an answer: at least two messages per row.
 SYNTH_MIN_MESSAGES = 2
 HEARTBEAT_ROWS = 500
+# Which of a version's files: its training rows, or its own validation split.
+Part = Literal["main", "val"]
+
+
+@dataclass(frozen=True)
+class ValidationSource:
+    """Where a job's validation rows come from, and how many the version says there are."""
+
+    version: DatasetVersion
+    part: Part
+    rows: int
+
+    @property
+    def is_split(self) -> bool:
+        return self.part == "val"
+
+
+def validation_source(
+    *, version: DatasetVersion, validation_version: DatasetVersion | None
+) -> ValidationSource | None:
+    """An explicit validation version wins (all its rows); else the version's own split.
+
+    The rows held out at export exist to measure the model on: not sending them would leave
+    the provider no validation loss to report.
+    """
+    if validation_version is not None:
+        return ValidationSource(validation_version, "main", validation_version.rows)
+    rows = int(version.val.get("rows") or 0)
+    if version.val.get("file") and rows:  # a split can come out empty: nothing to send
+        return ValidationSource(version, "val", rows)
+    return None
 
 
 class DataRefused(ValueError):
@@ -44,11 +76,17 @@ def upload_file_build(
     role: str,
     directory: Path,
     label: str,
+    part: Part = "main",
     heartbeat: Callable[[], None] | None = None,
 ) -> UploadFile:
-    """Write `version`'s rows for `provider` under `directory`; DataRefused lists violations."""
-    if version.status != DatasetVersion.Status.DONE or not version.file:
-        raise DataRefused([f"{role}: dataset version {version.id} has no finished file"])
+    """Write `version`'s rows for `provider` under `directory`; DataRefused lists violations.
+
+    `part` "val" reads the version's own validation split instead of its training rows.
+    """
+    stored = version.file.name if part == "main" else version.val.get("file", "")
+    if version.status != DatasetVersion.Status.DONE or not stored:
+        what = "file" if part == "main" else "validation split"
+        raise DataRefused([f"{role}: dataset version {version.id} has no finished {what}"])
     if (version.export_options or {}).get("kind") == "preference":
         # Its rows are DPO pairs: uploaded to a supervised job they would train on neither.
         raise DataRefused(
@@ -64,7 +102,7 @@ def upload_file_build(
     size = rows = 0
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".jsonl")
     try:
-        with os.fdopen(fd, "wb") as out, default_storage.open(version.file.name, "rb") as source:
+        with os.fdopen(fd, "wb") as out, default_storage.open(stored, "rb") as source:
             for number, raw in enumerate(source, start=1):
                 if not raw.strip():
                     continue

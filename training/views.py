@@ -76,6 +76,7 @@ def _detail_context(
         "job": job,
         "events": selectors.job_events(job=job),
         "chart": selectors.job_loss_chart(job=job),
+        "validation": selectors.job_validation_source(job=job),
         "can_submit": request.user.has_perm(SUBMIT_PERMISSION),
         "poll_seconds": POLL_SECONDS,
         "evaluable": evaluable,

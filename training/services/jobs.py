@@ -22,7 +22,12 @@ from training.services.common import (
     _provider,
 )
 from training.services.polling import training_job_poll
-from training.upload_files import DataRefused, upload_file_build
+from training.upload_files import (
+    DataRefused,
+    ValidationSource,
+    upload_file_build,
+    validation_source,
+)
 
 # -- create ---------------------------------------------------------------------------------
 
@@ -65,18 +70,21 @@ def training_job_plan(*, submission: Submission, build_files: bool) -> list[Plan
     sha256 shown are those that would be uploaded (DataRefused when the data is refused).
     """
     provider = provider_for(name=submission.provider, base_url=submission.base_url, api_key="")
-    spec = submission.spec()
+    source = validation_source(
+        version=submission.version, validation_version=submission.validation_version
+    )
+    spec = submission.spec(validation_file_id="{validation_file_id}" if source else "")
     if not build_files:
         return provider.plan(
             spec=spec,
-            training=_unbuilt(submission.version, "train", submission.provider),
-            validation=_unbuilt(submission.validation_version, "val", submission.provider),
+            training=_unbuilt("train", submission.provider, rows=submission.version.rows),
+            validation=_unbuilt("val", submission.provider, rows=source.rows) if source else None,
         )
     directory = Path(tempfile.mkdtemp(prefix="studio-dry-run-"))
     try:
         training, validation = _build_files(
             version=submission.version,
-            validation_version=submission.validation_version,
+            validation=source,
             provider=submission.provider,
             directory=directory,
             label="dry-run",
@@ -86,24 +94,22 @@ def training_job_plan(*, submission: Submission, build_files: bool) -> list[Plan
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _unbuilt(version: DatasetVersion | None, role: str, provider: str) -> UploadFile | None:
-    if version is None:
-        return None
+def _unbuilt(role: str, provider: str, *, rows: int) -> UploadFile:
     name = f"studio-job-{{job_id}}-{role}-{provider}.jsonl"
-    return UploadFile(path=Path(), name=name, sha256="", bytes=0, rows=version.rows)
+    return UploadFile(path=Path(), name=name, sha256="", bytes=0, rows=rows)
 
 
 def _build_files(
     *,
     version: DatasetVersion,
-    validation_version: DatasetVersion | None,
+    validation: ValidationSource | None,
     provider: str,
     directory: Path,
     label: str,
     heartbeat: Callable[[], None] | None = None,
 ) -> tuple[UploadFile, UploadFile | None]:
     problems: list[str] = []
-    training = validation = None
+    training = validation_file = None
     try:
         training = upload_file_build(
             version=version,
@@ -115,14 +121,15 @@ def _build_files(
         )
     except DataRefused as exc:
         problems += exc.lines
-    if validation_version is not None:
+    if validation is not None:
         try:
-            validation = upload_file_build(
-                version=validation_version,
+            validation_file = upload_file_build(
+                version=validation.version,
                 provider=provider,
                 role="val",
                 directory=directory,
                 label=label,
+                part=validation.part,
                 heartbeat=heartbeat,
             )
         except DataRefused as exc:
@@ -130,7 +137,7 @@ def _build_files(
     if problems:
         raise DataRefused(problems)
     assert training is not None
-    return training, validation
+    return training, validation_file
 
 
 # -- cancel ---------------------------------------------------------------------------------

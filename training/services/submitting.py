@@ -34,7 +34,7 @@ from training.services.common import (
     job_metadata,
 )
 from training.services.jobs import _build_files, training_job_cancel_remote
-from training.upload_files import DataRefused
+from training.upload_files import DataRefused, validation_source
 
 logger = logging.getLogger(__name__)
 
@@ -126,15 +126,20 @@ def _submit_claimed(job: TrainingJob, token: str) -> SubmitOutcome:
         if not _save_mine(job.id, token):
             raise ClaimLost
 
+    source = validation_source(
+        version=job.dataset_version, validation_version=job.validation_version
+    )
+    # A job created remotely without one (before versions' splits were sent) stays so.
+    wants_validation = source is not None and not job.remote_job_id
     directory = Path(tempfile.mkdtemp(prefix=f"studio-training-{job.id}-"))
     try:
         if not job.remote_training_file_id or (
-            job.validation_version_id and not job.remote_validation_file_id
+            wants_validation and not job.remote_validation_file_id
         ):
             try:
                 training, validation = _build_files(
                     version=job.dataset_version,
-                    validation_version=job.validation_version,
+                    validation=source if wants_validation else None,
                     provider=job.provider,
                     directory=directory,
                     label=f"studio-job-{job.id}",
@@ -169,7 +174,18 @@ def _submit_claimed(job: TrainingJob, token: str) -> SubmitOutcome:
                     validation_file_rows=validation.rows,
                 )
                 job.remote_validation_file_id = file_id
-                _note(job, "uploaded", f"Validation file {file_id} (sha256 {validation.sha256})")
+                assert source is not None
+                origin = (
+                    f"the validation split of version {source.version.id}"
+                    if source.is_split
+                    else f"validation version {source.version.id}"
+                )
+                _note(
+                    job,
+                    "uploaded",
+                    f"Validation file {file_id}: {validation.rows} rows from {origin} "
+                    f"(sha256 {validation.sha256})",
+                )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
