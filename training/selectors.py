@@ -5,10 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
 from training.models import TrainingEvent, TrainingJob
 from training.upload_files import ValidationSource, validation_source
+
+# The job page is refreshed every few seconds by every open tab: it shows a bounded page.
+EVENTS_SHOWN = 200
+EVENTS_COUNTED = 10_000
+CHART_BUCKETS = 1000
 
 
 def jobs_recent() -> QuerySet[TrainingJob]:
@@ -17,11 +23,32 @@ def jobs_recent() -> QuerySet[TrainingJob]:
     ).order_by("-created_at", "-id")
 
 
-def job_events(*, job: TrainingJob, limit: int = 500) -> list[TrainingEvent]:
-    """The newest `limit` events, oldest first (the timeline reads top to bottom)."""
-    newest = list(job.events.order_by("-time", "-id")[:limit])
+@dataclass(frozen=True)
+class JobEvents:
+    """The newest events of a job, oldest first, and how many older ones are not shown."""
+
+    shown: list[TrainingEvent]
+    earlier: int
+    earlier_at_least: bool  # `earlier` is a floor: counting stopped there
+
+
+def job_events(
+    *, job: TrainingJob, limit: int = EVENTS_SHOWN, count_up_to: int = EVENTS_COUNTED
+) -> JobEvents:
+    """The newest `limit` events by time, then source (the provider's before the studio's
+    notes of the same instant), oldest first: the timeline reads top to bottom.
+
+    A job may hold a million metric rows: the page is refreshed every few seconds by every
+    open tab, so it reads a page of them and counts the rest only up to `count_up_to`.
+    """
+    studio = ExpressionWrapper(Q(type__startswith="studio."), output_field=BooleanField())
+    newest = list(job.events.alias(studio=studio).order_by("-time", "-studio", "-id")[:limit])
     newest.reverse()
-    return newest
+    earlier = 0
+    if len(newest) == limit:
+        counted = job.events.order_by()[: limit + count_up_to].count()
+        earlier = counted - limit
+    return JobEvents(shown=newest, earlier=earlier, earlier_at_least=earlier >= count_up_to)
 
 
 def job_validation_source(*, job: TrainingJob) -> ValidationSource | None:
@@ -54,6 +81,81 @@ def job_summary(job: TrainingJob) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class LossBucket:
+    """The points of one loss series whose steps fall in [first, stop): extremes and count."""
+
+    first: int
+    stop: int
+    low: float
+    high: float
+    count: int
+
+
+@dataclass(frozen=True)
+class LossSeries:
+    """A loss series cut into at most CHART_BUCKETS step ranges, each with its min and max."""
+
+    train: list[LossBucket]
+    validation: list[LossBucket]
+
+    @property
+    def train_count(self) -> int:
+        return sum(bucket.count for bucket in self.train)
+
+    @property
+    def validation_count(self) -> int:
+        return sum(bucket.count for bucket in self.validation)
+
+
+# One pass over the job's loss rows in step order (the partial index `training_event_loss`
+# holds exactly them, with the losses, so it is read without the table), in at most
+# CHART_BUCKETS step ranges of equal width; each range keeps its min and max, so a spike
+# survives however many points share its pixel. A job with fewer steps than buckets gets
+# one range per step: nothing is dropped.
+_LOSS_BUCKETS_SQL = """
+WITH bounds AS (
+    SELECT min(step) AS lo, max(step)::bigint - min(step) + 1 AS span
+    FROM {table}
+    WHERE job_id = %(job)s AND {has_loss}
+), ranges AS (
+    SELECT lo + (k * span + n - 1) / n AS first, lo + ((k + 1) * span + n - 1) / n AS stop
+    FROM bounds, LATERAL (SELECT LEAST(span, %(buckets)s) AS n) AS sized,
+        generate_series(0, sized.n - 1) AS k
+    WHERE lo IS NOT NULL
+)
+SELECT ranges.first, ranges.stop, agg.*
+FROM ranges, LATERAL (
+    SELECT min(train_loss), max(train_loss), count(train_loss),
+        min(validation_loss), max(validation_loss), count(validation_loss)
+    FROM {table}
+    WHERE job_id = %(job)s AND step >= ranges.first AND step < ranges.stop AND {has_loss}
+) AS agg
+ORDER BY ranges.first
+"""
+# The index's condition, word for word, so the planner sees the query is within it.
+_HAS_LOSS = "(step IS NOT NULL AND (train_loss IS NOT NULL OR validation_loss IS NOT NULL))"
+
+
+def job_loss_series(*, job: TrainingJob, buckets: int = CHART_BUCKETS) -> LossSeries:
+    """The job's train and validation loss, downsampled in the database to <= `buckets`
+    ranges per series (so at most 2 x `buckets` points are drawn at any size)."""
+    sql = _LOSS_BUCKETS_SQL.format(table=TrainingEvent._meta.db_table, has_loss=_HAS_LOSS)
+    train: list[LossBucket] = []
+    validation: list[LossBucket] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Compiling this short query (a JIT's cost model sees 1,000 sub-plans) takes longer
+        # than running it.
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute(sql, {"job": job.id, "buckets": buckets})
+        for first, stop, t_lo, t_hi, t_n, v_lo, v_hi, v_n in cursor.fetchall():
+            if t_n:
+                train.append(LossBucket(first, stop, t_lo, t_hi, t_n))
+            if v_n:
+                validation.append(LossBucket(first, stop, v_lo, v_hi, v_n))
+    return LossSeries(train=train, validation=validation)
+
+
+@dataclass(frozen=True)
 class LossChart:
     """An inline SVG line chart's geometry: polylines of train and validation loss."""
 
@@ -65,40 +167,65 @@ class LossChart:
     losses: tuple[float, float]
     train_count: int
     validation_count: int
+    # Points drawn per series (each bucket's min and max): at most 2 x CHART_BUCKETS.
+    train_drawn: int = 0
+    validation_drawn: int = 0
 
     @property
     def empty(self) -> bool:
         return not (self.train_count or self.validation_count)
 
+    @property
+    def downsampled(self) -> bool:
+        return (self.train_drawn, self.validation_drawn) != (
+            self.train_count,
+            self.validation_count,
+        )
+
 
 def job_loss_chart(*, job: TrainingJob, width: int = 640, height: int = 220) -> LossChart:
-    rows = list(
-        job.events.exclude(step=None)
-        .exclude(train_loss=None, validation_loss=None)
-        .values_list("step", "train_loss", "validation_loss")
-    )
-    train = sorted({(s, t) for s, t, _ in rows if t is not None})
-    val = sorted({(s, v) for s, _, v in rows if v is not None})
-    values = [y for _, y in train] + [y for _, y in val]
-    steps = [s for s, _ in train] + [s for s, _ in val]
-    if not values:
+    series = job_loss_series(job=job)
+    buckets = series.train + series.validation
+    if not buckets:
         return LossChart(width, height, "", "", (0, 0), (0.0, 0.0), 0, 0)
-    lo_s, hi_s = min(steps), max(steps)
-    lo_y, hi_y = min(values), max(values)
+    lo_s = min(b.first for b in buckets)
+    hi_s = max(b.stop - 1 for b in buckets)
+    lo_y = min(b.low for b in buckets)
+    hi_y = max(b.high for b in buckets)
     pad = 24
 
-    def point(step: int, y: float) -> str:
-        px = pad + (width - 2 * pad) * ((step - lo_s) / (hi_s - lo_s) if hi_s > lo_s else 0.5)
-        py = pad + (height - 2 * pad) * ((hi_y - y) / (hi_y - lo_y) if hi_y > lo_y else 0.5)
-        return f"{px:.1f},{py:.1f}"
+    def x(step: float) -> float:
+        return pad + (width - 2 * pad) * ((step - lo_s) / (hi_s - lo_s) if hi_s > lo_s else 0.5)
 
+    def y(value: float) -> float:
+        return pad + (height - 2 * pad) * ((hi_y - value) / (hi_y - lo_y) if hi_y > lo_y else 0.5)
+
+    def points(part: list[LossBucket]) -> list[str]:
+        drawn: list[str] = []
+        previous: float | None = None
+        for bucket in part:
+            # A range is one step or narrower than a pixel: its min and max are drawn at its
+            # middle, entered from the end nearer the line so far (no zigzag across it).
+            px = x((bucket.first + bucket.stop - 1) / 2)
+            ends = [y(bucket.low), y(bucket.high)]
+            if previous is not None and abs(ends[1] - previous) < abs(ends[0] - previous):
+                ends.reverse()
+            if ends[0] == ends[1]:
+                ends = ends[:1]
+            drawn += [f"{px:.1f},{py:.1f}" for py in ends]
+            previous = ends[-1]
+        return drawn
+
+    train, validation = points(series.train), points(series.validation)
     return LossChart(
         width=width,
         height=height,
-        train_points=" ".join(point(s, y) for s, y in train),
-        validation_points=" ".join(point(s, y) for s, y in val),
+        train_points=" ".join(train),
+        validation_points=" ".join(validation),
         steps=(lo_s, hi_s),
         losses=(lo_y, hi_y),
-        train_count=len(train),
-        validation_count=len(val),
+        train_count=series.train_count,
+        validation_count=series.validation_count,
+        train_drawn=len(train),
+        validation_drawn=len(validation),
     )
