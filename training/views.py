@@ -125,6 +125,19 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 @require_POST
+@permission_required(SUBMIT_PERMISSION, raise_exception=True)
+def job_refresh(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Ask again for the model of a job the provider called succeeded without naming it."""
+    job = get_object_or_404(TrainingJob, id=job_id)
+    outcome = services.training_job_refresh(job_id=job.id)
+    if outcome == "succeeded":
+        messages.success(request, f"Job {job.id} succeeded: the provider names its model now.")
+    elif outcome != "skipped":
+        messages.error(request, f"Job {job.id}: still no model id; see its events.")
+    return redirect("training:job_detail", job_id=job.id)
+
+
+@require_POST
 @permission_required(EVALUATE_PERMISSION, raise_exception=True)
 def job_evaluate(request: HttpRequest, job_id: int) -> HttpResponse:
     """Play the fine-tuned model on held-out seeds (the form: how many, which endpoint)."""

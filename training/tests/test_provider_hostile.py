@@ -441,3 +441,22 @@ def test_escapes_from_a_provider_never_reach_the_terminal(
         assert control not in outcome.stderr + outcome.stdout
     # Stored as the provider sent it (escaped when shown): the page escapes HTML itself.
     assert TrainingEvent.objects.filter(message=hostile).exists()
+
+
+def test_the_refresh_button_finds_a_late_model(synth_server, train_version, settings, submitter):
+    from django.test import Client
+
+    settings.STUDIO_TRAINING_MODEL_WAIT_SECONDS = 0
+    synth_server.script = [Tick("succeeded", [("sft.completed", "done", {})])]
+    job = submitted(synth_server, train_version)
+    poll(job)
+    client = Client()
+    client.force_login(submitter)
+    page = client.get(f"/training/{job.id}/").content.decode()
+    assert "reported success but gave no model id" in page and 'id="refresh-job"' in page
+    synth_server.jobs[job.remote_job_id].fine_tuned_model = "ft:via-button"
+    response = client.post(f"/training/{job.id}/refresh/", follow=True)
+    assert response.status_code == 200
+    job.refresh_from_db()
+    assert (job.status, job.fine_tuned_model) == ("succeeded", "ft:via-button")
+    assert 'id="refresh-job"' not in response.content.decode()
