@@ -17,7 +17,7 @@ export would (history frames of the previous turns):
 
 Figures:
 
-* rows/s of the real export (`datasets.exporting.export_files`: PostgreSQL cursor, row
+* rows/s of the real export (`curation.exporting.export_files`: PostgreSQL cursor, row
   building, PNG reads and base64, sha256, file) for each kind, next to a raw loop that only
   `json.dumps` the same rows, prebuilt in memory, in the same run; and their ratio
   (target >= 0.5). Best of 3, export and raw loop interleaved.
@@ -126,7 +126,7 @@ def _seed(rows: int, large_rows: int = 0) -> dict[str, int]:
 
 def _sample_frames() -> list[tuple[object, str]]:
     """Real Crafter frames (pixels) and their text observations."""
-    from rollouts.crafter_env import StudioEnv, text_observation
+    from rollouts.game.crafter_env import StudioEnv, text_observation
 
     env = StudioEnv(seed=0, size=64, length=10_000)
     pixels = env.reset()
@@ -138,13 +138,13 @@ def _sample_frames() -> list[tuple[object, str]]:
 
 
 def _seed_batch(*, name: str, turns: int, recorded: bool, samples, serial) -> int:
-    from rollouts.crafter_env import ACTIONS, encode_png
-    from rollouts.frame_store import FrameStore
+    from rollouts.game.crafter_env import ACTIONS, encode_png
+    from rollouts.game.tools import tool_call
     from rollouts.models import Episode, Frame, RolloutBatch, Turn
     from rollouts.policies.base import Observation, PastTurn
     from rollouts.policies.openai.messages import build_messages
+    from rollouts.recording.frame_store import FrameStore
     from rollouts.rollout_settings import RolloutSettings
-    from rollouts.tools import tool_call
 
     store = FrameStore()
     episodes_n = max(1, turns // TURNS_PER_EPISODE)
@@ -229,9 +229,9 @@ def _seed_batch(*, name: str, turns: int, recorded: bool, samples, serial) -> in
 
 
 def _export(batch_ids: tuple[int, ...], output: Path):
-    from datasets.export_options import ExportOptions
-    from datasets.exporting import export_files
-    from rollouts.turn_selection import TurnSelection
+    from curation.export_options import ExportOptions
+    from curation.exporting import export_files
+    from rollouts.review.turn_selection import TurnSelection
 
     return export_files(
         filters=TurnSelection(batches=batch_ids), options=ExportOptions(), output=output

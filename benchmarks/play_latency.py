@@ -69,8 +69,8 @@ def main() -> None:
     from django.test import Client
     from django.urls import reverse
 
-    from rollouts import services_play
-    from rollouts.crafter_env import ACTIONS, encode_png
+    from rollouts.game.crafter_env import ACTIONS, encode_png
+    from rollouts.play import services as services_play
 
     health = crafter.constants.items["health"]
     health["max"] = health["initial"] = 10_000

@@ -99,10 +99,10 @@ def seed() -> dict[str, int]:
     from django.contrib.auth.models import User
     from django.db import transaction
 
-    from rollouts import services
+    from rollouts.game.tools import SYSTEM_PROMPT, tool_call
     from rollouts.models import Episode, Frame, RolloutBatch, Turn
+    from rollouts.recording import services
     from rollouts.rollout_settings import RolloutSettings
-    from rollouts.tools import SYSTEM_PROMPT, tool_call
 
     # Crafter's scripted and random players die before step 256, so the viewer's episode is
     # written directly, from the observation text and state of a short game really played.
@@ -225,7 +225,7 @@ def seed_comparison() -> dict[str, list[int]]:
     """Two pairs of batches on the same seeds: 2 x 1,000 episodes and 2 x 100 (the baseline)."""
     import random
 
-    from rollouts.crafter_env import ACHIEVEMENTS
+    from rollouts.game.crafter_env import ACHIEVEMENTS
     from rollouts.models import Episode, RolloutBatch
 
     pairs: dict[str, list[int]] = {}

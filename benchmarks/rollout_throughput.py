@@ -34,7 +34,7 @@ from common import ROOT, setup_django
 _WORLDGEN = """
 import sys, time, crafter
 sys.path.insert(0, ".")
-from rollouts.crafter_env import StudioEnv
+from rollouts.game.crafter_env import StudioEnv
 make = {
     "stock": lambda seed: crafter.Env(area=(64, 64), size=(64, 64), seed=seed),
     "studio": lambda seed: StudioEnv(seed=seed, size=64),
@@ -76,7 +76,7 @@ def raw_episode(
     import numpy as np
     from PIL import Image
 
-    from rollouts.crafter_env import ACTION_INDEX
+    from rollouts.game.crafter_env import ACTION_INDEX
 
     def encode(pixels) -> bytes:
         buffer = io.BytesIO()
@@ -118,15 +118,15 @@ def recorded_episode(*, policy: str, seed: int, steps: int) -> tuple[int, float,
 
     Returns (steps, seconds of the whole `episode_run`, seconds from its first frame on).
     """
-    from rollouts import services
     from rollouts.models import Episode
+    from rollouts.recording import services
     from rollouts.rollout_settings import RolloutSettings
 
     batch = services.batch_create(
         settings=RolloutSettings(policy=policy, seeds=(seed,), steps=steps), enqueue=False
     )
     episode = Episode.objects.get(batch=batch)
-    recorder_log = logging.getLogger("rollouts.recorder")
+    recorder_log = logging.getLogger("rollouts.recording.recorder")
     started = _StepsStarted()
     recorder_log.addHandler(started)
     # Only this handler sees the debug record (not the console's).
@@ -202,7 +202,7 @@ def main() -> None:
     media = tempfile.mkdtemp(prefix="bench-media-")
     os.environ["STUDIO_MEDIA_ROOT"] = media
     setup_django("studio_bench_rollout")
-    from rollouts.crafter_env import numba_enabled
+    from rollouts.game.crafter_env import numba_enabled
     from rollouts.rollout_settings import DEFAULT_SCRIPT
 
     seeds = list(range(100, 100 + args.episodes))

@@ -272,7 +272,7 @@ def seed_long_episode() -> int:
     """One 10,000-turn episode of VLM-sized turns (its own batch); returns its id."""
     from django.db import connection
 
-    from rollouts.tools import SYSTEM_PROMPT
+    from rollouts.game.tools import SYSTEM_PROMPT
 
     seed_turns(LONG_EPISODE_TURNS)  # ids are contiguous: the last episodes are this one's
     with connection.cursor() as cursor:
@@ -349,7 +349,7 @@ def pages(ids: dict[str, object]) -> dict[str, str]:
     """The pages timed at both sizes: the same addresses. Each turn-list filter (and none)
     also in every other sort order of the list: `turn_list_model_by_seed`,
     `turn_list_by_reward_desc` (`sort=-reward`), ..."""
-    from rollouts.selectors_review import TURN_SORTS
+    from rollouts.review.selectors import TURN_SORTS
 
     table = _pages(ids)
     filtered = {
@@ -401,7 +401,7 @@ def _pages(ids: dict[str, object]) -> dict[str, str]:
 def deep_cursor(offset: int) -> str:
     """The turn list's cursor after `offset` rows (what following `next` that far gives)."""
     from rollouts.models import Turn
-    from rollouts.selectors_review import TURN_LIST_ORDER
+    from rollouts.review.selectors import TURN_LIST_ORDER
     from studio.pagination import _encode
 
     row = Turn.objects.order_by(*TURN_LIST_ORDER)[offset]
@@ -523,7 +523,7 @@ def ensure_compare_batches() -> list[int]:
     per (batch, seed, achievement) from a hash, easier ones (every 4th) more often."""
     from django.db import connection
 
-    from rollouts.crafter_env import ACHIEVEMENTS
+    from rollouts.game.crafter_env import ACHIEVEMENTS
 
     ids = []
     with connection.cursor() as cursor:

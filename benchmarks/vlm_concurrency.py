@@ -283,8 +283,8 @@ def run_batch(settings, *, earliest: float = 0.0, timeout: float = 600) -> tuple
     """
     from django.db import connection
 
-    from rollouts import services
     from rollouts.models import RolloutBatch
+    from rollouts.recording import services
 
     started = time.monotonic()
     batch = services.batch_create(settings=settings)
@@ -309,7 +309,7 @@ def run_batch(settings, *, earliest: float = 0.0, timeout: float = 600) -> tuple
 
 
 def run_sequential(settings) -> tuple[float, object]:
-    from rollouts import services
+    from rollouts.recording import services
 
     started = time.monotonic()
     batch = services.batch_run_inline(settings=settings, workers=1)

@@ -54,8 +54,10 @@ def _timed(owner, name: str, event: str) -> None:
 def install() -> None:
     from celery import signals
 
-    from rollouts import crafter_env, frame_store, rate_limit, recorder, services
+    from rollouts.game import crafter_env
+    from rollouts.policies import rate_limit
     from rollouts.policies.openai import policy
+    from rollouts.recording import frame_store, recorder, services
 
     @signals.task_received.connect(weak=False)
     def received(request=None, **kwargs):

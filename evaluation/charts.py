@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.game.crafter_env import ACHIEVEMENTS
 
 # Okabe-Ito: told apart by people with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000")

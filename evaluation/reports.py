@@ -11,10 +11,10 @@ import io
 from typing import Any
 
 from evaluation.selectors import BatchComparison
-from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.scoring import score_percent
+from rollouts.game.crafter_env import ACHIEVEMENTS
+from rollouts.game.scoring import score_percent
 
-# Two decimals, as every output of the studio states percentages (rollouts.scoring).
+# Two decimals, as every output of the studio states percentages (rollouts.game.scoring).
 DIGITS = 2
 
 

@@ -1,7 +1,7 @@
 """Reads for evaluation: batches side by side on shared seeds, the leaderboard, held-out seeds.
 
 Every read here costs a fixed number of queries whatever the number of episodes: episodes
-are fetched once as plain values and the statistics run in `rollouts.evaluation`.
+are fetched once as plain values and the statistics run in `evaluation.statistics`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Max
 
-from datasets.models import DatasetVersion
-from rollouts.evaluation import (
+from curation.models import DatasetVersion
+from evaluation.baselines import batches_covering_seeds
+from evaluation.statistics import (
     EpisodeOutcome,
     Moments,
     OutcomeGroup,
@@ -34,9 +35,8 @@ from rollouts.evaluation import (
     summarize_groups,
 )
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.review.turn_selection import TurnSelection, turns_selected
 from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
-from rollouts.selectors_baselines import batches_covering_seeds
-from rollouts.turn_selection import TurnSelection, turns_selected
 from studio.cached import cached
 
 MAX_COMPARED_BATCHES = 8

@@ -1,12 +1,12 @@
 """Reads for a training job's held-out evaluation: its batches and their scores. Which
-base-model batch each one compares with is `rollouts.selectors_baselines`."""
+base-model batch each one compares with is `evaluation.baselines`."""
 
 from __future__ import annotations
 
 from evaluation import selectors
-from rollouts.evaluation import summarize
-from rollouts.scoring import score_text
-from rollouts.selectors_baselines import EvaluationRow, fine_tuned_row
+from evaluation.baselines import EvaluationRow, fine_tuned_row
+from evaluation.statistics import summarize
+from rollouts.game.scoring import score_text
 from training.models import TrainingJob
 
 MAX_EVALUATIONS_SHOWN = 20

@@ -13,11 +13,11 @@ from dataclasses import replace
 from django.db import transaction
 
 from evaluation import selectors
-from rollouts import services as rollout_services
-from rollouts.model_endpoints import endpoint_settings
+from evaluation.baselines import evaluation_baselines
 from rollouts.models import RolloutBatch
+from rollouts.policies.endpoints import endpoint_settings
+from rollouts.recording import services as rollout_services
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.selectors_baselines import evaluation_baselines
 from studio.endpoints import EndpointError, endpoint_check_model, endpoint_get
 from studio.models import Endpoint
 from training.models import TrainingJob

@@ -1,17 +1,27 @@
-"""Comparison and leaderboard pages. Login is enforced by LoginRequiredMiddleware."""
+"""Comparison and leaderboard pages, and Evaluate on a training job's page. Login is enforced
+by LoginRequiredMiddleware; Evaluate starts batches, so it needs `rollouts.review_turn`."""
 
 from __future__ import annotations
 
 import json
 
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from evaluation import charts, selectors
+from evaluation import charts, selectors, services
+from evaluation.forms import EvaluateForm
 from evaluation.reports import comparison_csv, comparison_json
-from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.game.crafter_env import ACHIEVEMENTS
+from rollouts.models import REVIEW_PERMISSION, RolloutBatch
+from training.models import TrainingJob
+from training.views import job_detail_context
+
+# Evaluate starts batches, nothing more: the batch form's permission.
+EVALUATE_PERMISSION = REVIEW_PERMISSION
 
 SEEDS_SHOWN = 200  # seed links on the page; the downloads hold them all
 
@@ -180,3 +190,56 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
             "studio_rows": rank,
         },
     )
+
+
+@require_POST
+@permission_required(EVALUATE_PERMISSION, raise_exception=True)
+def job_evaluate(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Play the fine-tuned model on held-out seeds (the form: how many, which endpoint)."""
+    job = get_object_or_404(
+        TrainingJob.objects.select_related("dataset_version__dataset"), id=job_id
+    )
+    form = EvaluateForm(request.POST)
+    if form.is_valid():
+        try:
+            batch, created = services.evaluation_batch_create(
+                job=job,
+                endpoint=form.cleaned_data["endpoint"],
+                count=form.cleaned_data["count"],
+                steps=form.cleaned_data["steps"],
+                created_by=request.user,
+            )
+        except services.EvaluationError as exc:
+            form.add_error(None, str(exc))
+        else:
+            if created:
+                messages.success(
+                    request,
+                    f"Batch {batch.id} started: the fine-tuned model on "
+                    f"{batch.episodes_total} held-out seeds.",
+                )
+            else:
+                messages.info(request, f"Batch {batch.id} already plays these seeds.")
+            return redirect("training:job_detail", job_id=job.id)
+    context = job_detail_context(request, job, evaluate_form=form)
+    return render(request, "training/job_detail.html", context, status=400)
+
+
+@require_POST
+@permission_required(EVALUATE_PERMISSION, raise_exception=True)
+def job_evaluate_base(request: HttpRequest, job_id: int, batch_id: int) -> HttpResponse:
+    """Play the base model on the seeds of one of the job's evaluation batches."""
+    batch = get_object_or_404(RolloutBatch, id=batch_id, evaluates_id=job_id)
+    try:
+        base, created = services.baseline_batch_create(batch=batch, created_by=request.user)
+    except services.EvaluationError as exc:
+        messages.error(request, str(exc))
+    else:
+        if created:
+            messages.success(
+                request,
+                f"Batch {base.id} started: the base model on the same {base.episodes_total} seeds.",
+            )
+        else:
+            messages.info(request, f"Batch {base.id} of the base model already covers these seeds.")
+    return redirect("training:job_detail", job_id=job_id)

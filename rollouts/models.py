@@ -8,6 +8,10 @@ from django.db.models import Q
 
 from studio.models import ClaimedJob
 
+# Flag and annotate turns, start batches, play and fork (Turn's own permission; the pages of
+# every app that start games or change turns ask for it).
+REVIEW_PERMISSION = "rollouts.review_turn"
+
 
 class RolloutBatch(models.Model):
     class Status(models.TextChoices):
@@ -35,7 +39,7 @@ class RolloutBatch(models.Model):
     step_limit = models.PositiveIntegerField(default=256)
     image_size = models.PositiveIntegerField(default=64)
     settings = models.JSONField(default=dict, blank=True)
-    # The system prompt the batch's model was sent (rollouts.tools.PROMPT_VERSION and text):
+    # The system prompt the batch's model was sent (rollouts.game.tools.PROMPT_VERSION and text):
     # the prompt's wording changes, a batch keeps what it saw. Blank for baselines.
     prompt_version = models.PositiveSmallIntegerField(default=0)
     system_prompt = models.TextField(blank=True)
@@ -280,7 +284,7 @@ class Turn(models.Model):
                 name="turn_unlocked_idx",
                 condition=~models.Q(achievements_unlocked=[]),
             ),
-            # The turn list sorted by turn index or by reward (rollouts.selectors_review
+            # The turn list sorted by turn index or by reward (rollouts.review.selectors
             # .turn_list_page), in those orders; with the flag and the reward beside the keys,
             # a page's keys (episode, index), and its "flagged" and reward filters, come from
             # the index alone (a turn's row is kilobytes wide). By reward, a filter on

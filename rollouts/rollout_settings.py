@@ -15,10 +15,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollouts.crafter_env import ACTIONS
+from rollouts.game.crafter_env import ACTIONS
 
 POLICIES = ("scripted", "random", "openai")
-# `human` games are played in the browser (rollouts.services_play), never by a worker.
+# `human` games are played in the browser (rollouts.play.services), never by a worker.
 HUMAN_POLICY = "human"
 DEFAULT_SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
 OBSERVATION_MODES = ("image_text", "image", "text")
@@ -446,7 +446,7 @@ def settings_from_cli(
     cli_options: dict[str, Any], *, endpoint: dict[str, Any] | None = None
 ) -> RolloutSettings:
     """The settings the flags give. `endpoint`: the resolved endpoint's name, URL and limits
-    (`rollouts.model_endpoints.endpoint_settings`), or {"base_url": URL} for an unnamed one.
+    (`rollouts.policies.endpoints.endpoint_settings`), or {"base_url": URL} for an unnamed one.
     Raises SettingsError naming the flag."""
     endpoint = endpoint or {}
     values: dict[str, Any] = {}

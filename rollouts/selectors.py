@@ -6,8 +6,8 @@ from typing import Any
 
 from django.db.models import Avg, Count, Max, Q, Sum
 
+from rollouts.game.scoring import crafter_score, score_percent, success_rates
 from rollouts.models import Episode, Frame, RolloutBatch
-from rollouts.scoring import crafter_score, score_percent, success_rates
 
 
 def batch_episode_counts(*, batch_id: int) -> dict[str, int]:

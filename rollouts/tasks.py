@@ -5,7 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from rollouts import services, services_review
+from rollouts.recording import services
+from rollouts.review import services as services_review
 
 
 @shared_task(

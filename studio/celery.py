@@ -5,6 +5,7 @@ import logging
 import os
 
 from celery import Celery, signals
+from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,15 @@ def _keep_database_connections(**kwargs) -> None:
     database["CONN_HEALTH_CHECKS"] = True
 
 
+# Sent once a worker has started, before it freezes what it has built: an app that wants
+# something built before the first task (rollouts: the game) connects to it in `ready()`.
+worker_warm_up = Signal()
+
+
 @signals.worker_ready.connect(weak=False)  # `celery worker`, any pool: its main process
 @signals.worker_process_init.connect(weak=False)  # each prefork child (and the solo pool)
 def _warm_up_and_freeze(**kwargs) -> None:
-    """Build what every episode needs first, then leave all the worker has built so far out
+    """Build what every task needs first, then leave all the worker has built so far out
     of Python's cyclic garbage collections.
 
     Those objects (Django, the libraries, the game's textures and compiled kernels: ~250,000)
@@ -63,11 +69,8 @@ def _warm_up_and_freeze(**kwargs) -> None:
     during which that worker's 16 episodes waited. Frozen, a full collection walks only what
     came after.
     """
-    from rollouts.crafter_env import warm_up
-
-    try:
-        warm_up()
-    except Exception:  # the first episode builds the game then, and fails with the reason
-        logger.exception("the worker could not build a game before its first task")
+    for receiver, error in worker_warm_up.send_robust(sender=app):
+        if error is not None:  # the first task builds it then, and fails with the reason
+            logger.error("the worker could not warm up (%s): %r", receiver, error)
     gc.collect()
     gc.freeze()

@@ -20,7 +20,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("rollouts.urls")),
-    path("datasets/", include("datasets.urls")),
+    path("datasets/", include("curation.urls")),
     path("training/", include("training.urls")),
     path("", include("evaluation.urls")),
 ]

@@ -14,11 +14,11 @@ import json
 import pytest
 from django.test import Client
 
-from datasets import services as dataset_services
-from datasets.export_options import ExportOptions
-from datasets.tests.conftest import record, run
+from curation import services as dataset_services
+from curation.export_options import ExportOptions
+from curation.tests.conftest import record, run
 from rollouts.models import Episode
-from rollouts.turn_selection import TurnSelection
+from rollouts.review.turn_selection import TurnSelection
 
 pytestmark = pytest.mark.django_db
 

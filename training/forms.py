@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from datasets.models import DatasetVersion
+from curation.models import DatasetVersion
 from studio.endpoints import endpoints_enabled
 from training.config import reference_text
 from training.providers import PROVIDERS

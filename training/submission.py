@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from datasets.models import Dataset, DatasetVersion
+from curation.models import Dataset, DatasetVersion
 from studio.endpoints import EndpointError
 from training.config import ConfigError, config_load
 from training.providers import PROVIDERS

@@ -1,8 +1,8 @@
 """The file a provider receives: the version's stored rows, in the provider's format.
 
 Read line by line from storage (never whole: versions can be hundreds of MB), each row
-converted (`datasets.jsonl.row_for_provider`: which rows and what they say do not change),
-checked against the provider's limits (`datasets.validation`, as `export_jsonl --format
+converted (`curation.jsonl.row_for_provider`: which rows and what they say do not change),
+checked against the provider's limits (`curation.validation`, as `export_jsonl --format
 openai` checks them), written to a local temporary file and hashed as it goes. The sha256 is
 of exactly the bytes uploaded.
 """
@@ -20,9 +20,9 @@ from typing import Literal
 
 from django.core.files.storage import default_storage
 
-from datasets.jsonl import dumps, row_for_provider
-from datasets.models import DatasetVersion
-from datasets.validation import MIN_ROWS, ProviderReport, Violation, _text_chars, check_row_dict
+from curation.jsonl import dumps, row_for_provider
+from curation.models import DatasetVersion
+from curation.validation import MIN_ROWS, ProviderReport, Violation, _text_chars, check_row_dict
 from training.providers.base import UploadFile
 
 # synth-ai's SFT loader needs a prompt and an answer: at least two messages per row.

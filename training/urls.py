@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from training import views
 
@@ -9,10 +9,6 @@ urlpatterns = [
     path("<int:job_id>/", views.job_detail, name="job_detail"),
     path("<int:job_id>/cancel/", views.job_cancel, name="job_cancel"),
     path("<int:job_id>/refresh/", views.job_refresh, name="job_refresh"),
-    path("<int:job_id>/evaluate/", views.job_evaluate, name="job_evaluate"),
-    path(
-        "<int:job_id>/evaluate/<int:batch_id>/base/",
-        views.job_evaluate_base,
-        name="job_evaluate_base",
-    ),
+    # Evaluate (the evaluation app's pages), in this namespace: `training:job_evaluate`.
+    path("", include("evaluation.job_urls")),
 ]

@@ -1,8 +1,15 @@
-"""Number formats of the evaluation pages."""
+"""Number formats of the evaluation pages, and what other apps' pages show of evaluation
+(rollouts and training link to it from their templates; their code never imports it)."""
 
 from __future__ import annotations
 
 from django import template
+
+from evaluation.baselines import EvaluationRow, batch_evaluation
+from evaluation.forms import EvaluateForm
+from evaluation.selectors import held_out_plan
+from evaluation.selectors_training import job_evaluations
+from rollouts.rollout_settings import seeds_spec
 
 register = template.Library()
 
@@ -28,3 +35,39 @@ def seeds_text(seeds: list[int], limit: int = 30) -> str:
 @register.filter
 def get_item(mapping: dict, key: object) -> object:
     return mapping.get(key, "")
+
+
+@register.simple_tag
+def evaluation_of(batch) -> EvaluationRow | None:
+    """`{% evaluation_of batch as evaluation %}`: what the batch page says of a batch started
+    by a training job's Evaluate (the job, and the comparison with its base batch)."""
+    return batch_evaluation(batch=batch)
+
+
+@register.inclusion_tag("training/partials/job_evaluation.html", takes_context=True)
+def job_evaluation(context, job) -> dict:
+    """A training job page's evaluation section: the Evaluate form with the held-out seeds it
+    would play, and the batches it started (`evaluate_form`: a POST's, with its errors)."""
+    form = context.get("evaluate_form")
+    section = {
+        "job": job,
+        "evaluable": context.get("evaluable"),
+        "can_evaluate": context.get("can_evaluate"),
+        "evaluations": job_evaluations(job=job),
+        "evaluate_form": form,
+        "csrf_token": context.get("csrf_token"),
+    }
+    if section["evaluable"] and section["can_evaluate"]:
+        form = form or EvaluateForm()
+        count = form.cleaned_data["count"] if form.is_bound and form.is_valid() else None
+        plan = held_out_plan(
+            version=job.dataset_version,
+            count=count or form.fields["count"].initial,
+            base_model=job.model,
+        )
+        section.update(
+            evaluate_form=form,
+            held_out_seeds=seeds_spec(plan.seeds),
+            held_out_count=len(plan.seeds),
+        )
+    return section

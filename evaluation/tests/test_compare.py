@@ -10,9 +10,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.game.crafter_env import ACHIEVEMENTS
+from rollouts.game.scoring import crafter_score
 from rollouts.models import Episode, RolloutBatch
-from rollouts.scoring import crafter_score
 from rollouts.tests.helpers import manage, record_batch, subprocess_env
 
 pytestmark = pytest.mark.django_db

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from datasets.models import Dataset, DatasetVersion
+from curation.models import Dataset, DatasetVersion
 from evaluation import selectors
-from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.evaluation import summarize
+from evaluation.statistics import summarize
+from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, RolloutBatch
+from rollouts.review.turn_selection import TurnSelection, turns_selected
 from rollouts.tests.helpers import record_batch
-from rollouts.turn_selection import TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Bulk flags store their filter as `rollouts.turn_selection.TurnSelection` JSON.
+"""Bulk flags store their filter as `rollouts.review.turn_selection.TurnSelection` JSON.
 
 They stored the turn list's own filter (`TurnFilters`: batch_id, model, achievement, ...)
 until the turn list and datasets shared one selection. A job's filter is read again when

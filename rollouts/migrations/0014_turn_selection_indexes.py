@@ -20,7 +20,7 @@ CONCURRENTLY: on a live table of millions of turns, building must not block reco
 from django.contrib.postgres.operations import TrigramExtension
 from django.db import migrations
 
-# crafter 1.8.3's achievements (rollouts.crafter_env.ACHIEVEMENTS; a test checks they agree).
+# crafter 1.8.3's achievements (rollouts.game.crafter_env.ACHIEVEMENTS; a test checks they agree).
 ACHIEVEMENTS = (
     "collect_coal", "collect_diamond", "collect_drink", "collect_iron", "collect_sapling",
     "collect_stone", "collect_wood", "defeat_skeleton", "defeat_zombie", "eat_cow",

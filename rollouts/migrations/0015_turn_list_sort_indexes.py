@@ -1,5 +1,5 @@
 """Indexes in the turn list's sort orders, so that every sort with any filter reads a page off
-an index in its order at ten million turns (see rollouts.selectors_review.turn_list_page).
+an index in its order at ten million turns (see rollouts.review.selectors.turn_list_page).
 
 Sorted by seed or batch, the list walks the episodes in that order (two small indexes on
 episodes); by turn index (either way) or reward, the turns (four indexes on turns, with the

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rollouts.crafter_env import ACTIONS
+from rollouts.game.crafter_env import ACTIONS
 from rollouts.policies.base import Decision, Observation
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from rollouts import services
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
 ROOT = Path(__file__).resolve().parents[2]

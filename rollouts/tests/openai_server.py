@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from rollouts.tools import TOOL_NAME
+from rollouts.game.tools import TOOL_NAME
 
 
 @dataclass

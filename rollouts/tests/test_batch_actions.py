@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from rollouts import services
 from rollouts.models import Episode, RolloutBatch
-from rollouts.recorder import ClaimLost
+from rollouts.recording import services
+from rollouts.recording.recorder import ClaimLost
 from rollouts.rollout_settings import RolloutSettings
 from studio.models import Endpoint
 
@@ -37,7 +37,7 @@ def test_it_cancels_a_running_batch_and_withdraws_running_claims():
 
 
 def _no_totals():
-    from rollouts.recorder import EpisodeTotals
+    from rollouts.recording.recorder import EpisodeTotals
 
     return EpisodeTotals()
 
@@ -58,7 +58,7 @@ def test_it_resumes_failed_and_canceled_episodes_from_the_start():
 
 def test_it_stops_a_claim_holder_at_its_next_chunk():
     from rollouts.policies import build_policy
-    from rollouts.recorder import EpisodeRecorder
+    from rollouts.recording.recorder import EpisodeRecorder
 
     batch = _pending_batch(seeds=(4,), steps=200)
     episode = batch.episodes.get()

@@ -4,8 +4,8 @@ import math
 import pytest
 from django.core.management import call_command
 
-from rollouts.crafter_env import ACHIEVEMENTS
-from rollouts.scoring import crafter_score, score_percent, score_text, success_rates
+from rollouts.game.crafter_env import ACHIEVEMENTS
+from rollouts.game.scoring import crafter_score, score_percent, score_text, success_rates
 from rollouts.tests.helpers import manage, record_batch, subprocess_env
 
 # Hafner 2021 (arXiv 2109.06780), per-achievement success rates in percent averaged over the

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from conftest import queue_drained
-from datasets.tests.conftest import run
+from curation.tests.conftest import run
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tasks import episode_run, episodes_requeue_stale
 
@@ -98,14 +98,14 @@ def test_it_requeues_only_what_waits(broker_switch, requeue_at_once):
     assert result.code == 0 and result.stderr == ""
     episode = Episode.objects.get()
     assert episode.enqueued_at is not None and episode.attempts == 1
-    from rollouts.services import episodes_requeue_stale as requeue
+    from rollouts.recording.services import episodes_requeue_stale as requeue
 
     assert requeue() == 0
 
 
 def test_it_never_sends_an_inline_batch_to_workers(broker_switch, requeue_at_once):
     """`--inline` plays in its own process: the requeue must not hand its episodes out."""
-    from rollouts import services
+    from rollouts.recording import services
     from rollouts.rollout_settings import RolloutSettings
 
     batch = services.batch_create(

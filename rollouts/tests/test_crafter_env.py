@@ -14,7 +14,7 @@ import crafter
 import numpy as np
 import pytest
 
-from rollouts.crafter_env import (
+from rollouts.game.crafter_env import (
     ACTION_INDEX,
     ACTIONS,
     StudioEnv,
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _PLAY = """
 import hashlib, json, sys
 import numpy as np
-from rollouts.crafter_env import StudioEnv
+from rollouts.game.crafter_env import StudioEnv
 seed, size, length = (int(x) for x in sys.argv[1:4])
 env = StudioEnv(seed=seed, size=size, length=length)
 frames = [hashlib.sha256(env.reset().tobytes()).hexdigest()]
@@ -217,7 +217,7 @@ def test_it_describes_the_game_in_text():
 def test_it_generates_the_worlds_stock_crafter_generates():
     from crafter import worldgen as stock
 
-    from rollouts import worldgen
+    from rollouts.game import worldgen
 
     for seed in range(25):
         assert _world_built(seed, stock.generate_world) == _world_built(
@@ -228,7 +228,7 @@ def test_it_generates_the_worlds_stock_crafter_generates():
 def test_it_builds_opensimplexs_permutation_arrays():
     from opensimplex.internals import _init
 
-    from rollouts.worldgen import permutation
+    from rollouts.game.worldgen import permutation
 
     rng = np.random.default_rng(0)
     edges = [0, 1, -1, 2, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1]
@@ -249,7 +249,7 @@ def test_it_generates_stock_worlds_when_the_first_draws_run_out(monkeypatch):
     # they run out; worlds never run out in practice, so make them.
     from crafter import worldgen as stock
 
-    from rollouts import worldgen
+    from rollouts.game import worldgen
 
     for first in (100, 3000):
         monkeypatch.setattr(worldgen, "_FIRST_DRAWS", first)
@@ -260,7 +260,7 @@ def test_it_generates_stock_worlds_when_the_first_draws_run_out(monkeypatch):
 
 
 def test_its_world_seeds_the_random_state_numpy_seeds():
-    from rollouts.crafter_env import _random_state
+    from rollouts.game.crafter_env import _random_state
 
     rng = np.random.default_rng(0)
     for seed in [0, 1, 2**31 - 2, 2**32 - 1, *rng.integers(0, 2**31 - 1, 100).tolist()]:

@@ -1,4 +1,4 @@
-"""Frames drawn by `rollouts.drawing` are the pixels crafter's own view code draws.
+"""Frames drawn by `rollouts.game.drawing` are the pixels crafter's own view code draws.
 
 Whole games are compared with crafter's drawing in `test_crafter_env`; here each part of the
 drawing meets crafter's code (and through it Pillow's) on inputs no game reaches in a test's
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from crafter import engine
 
-from rollouts import drawing
+from rollouts.game import drawing
 
 EVERY_COLOUR = (
     np.arange(2**24, dtype=np.uint32)[:, None] >> np.array([16, 8, 0], np.uint32) & 255

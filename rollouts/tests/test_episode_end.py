@@ -7,9 +7,9 @@ import threading
 import pytest
 from django.db import connections
 
-from rollouts import services
 from rollouts.models import Episode, RolloutBatch
-from rollouts.recorder import EpisodeTotals
+from rollouts.recording import services
+from rollouts.recording.recorder import EpisodeTotals
 from rollouts.rollout_settings import RolloutSettings
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rollouts import services_fork, services_play, services_review
-from rollouts.crafter_env import ACTION_INDEX, StudioEnv, encode_png
+from rollouts.game.crafter_env import ACTION_INDEX, StudioEnv, encode_png
 from rollouts.models import Episode, RolloutBatch
+from rollouts.play import forks as services_fork
+from rollouts.play import services as services_play
+from rollouts.review import services as services_review
 from rollouts.rollout_settings import DEFAULT_SCRIPT, RolloutSettings
 from rollouts.tests.helpers import manage, record_batch, subprocess_env
 
@@ -151,7 +153,7 @@ def test_a_fork_with_the_correction_plays_the_corrected_actions_at_the_fork_turn
         with_correction=True,
         enqueue=False,
     )
-    from rollouts import services
+    from rollouts.recording import services
 
     assert services.episode_run(episode_id=fork.id) == "finished"
     fork.refresh_from_db()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.core.files.storage import FileSystemStorage
 
-from rollouts import frame_store
-from rollouts.frame_store import FrameStore
+from rollouts.recording import frame_store
+from rollouts.recording.frame_store import FrameStore
 
 
 def _store(tmp_path: Path) -> FrameStore:

@@ -9,9 +9,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 
-from rollouts.library_pins import library_pins_check
+from rollouts.game.library_pins import LibraryMismatch, library_pins_check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +23,7 @@ def test_it_runs_on_the_installed_pinned_versions() -> None:
 
 
 def test_it_names_every_wrong_or_missing_library() -> None:
-    with pytest.raises(ImproperlyConfigured) as raised:
+    with pytest.raises(LibraryMismatch) as raised:
         library_pins_check(installed={"crafter": "1.8.4", "opensimplex": None})
     message = str(raised.value)
     assert "crafter 1.8.4 (need crafter==1.8.3)" in message

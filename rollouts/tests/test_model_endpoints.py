@@ -16,8 +16,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from rollouts import services
 from rollouts.models import RolloutBatch
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests.helpers import record_batch
 from rollouts.tests.openai_server import ChatServer

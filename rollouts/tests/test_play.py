@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from django.core.cache import cache
 
-from rollouts import services_play
-from rollouts.crafter_env import ACTION_INDEX, KEY_MAP, StudioEnv, encode_png
+from rollouts.game.crafter_env import ACTION_INDEX, KEY_MAP, StudioEnv, encode_png
 from rollouts.models import Episode, RolloutBatch
+from rollouts.play import services as services_play
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rollouts.crafter_env import ACTIONS, StudioEnv, decode_png, encode_png
-from rollouts.png import encode_rgb
+from rollouts.game.crafter_env import ACTIONS, StudioEnv, decode_png, encode_png
+from rollouts.game.png import encode_rgb
 from rollouts.rollout_settings import MAX_IMAGE_SIZE, MIN_IMAGE_SIZE
 
 

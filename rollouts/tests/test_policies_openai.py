@@ -12,15 +12,16 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from rollouts import selectors, services
-from rollouts.frame_store import FrameStore
+from rollouts import selectors
+from rollouts.game.text_actions import actions_from_text
+from rollouts.game.tools import INTERACT_MANY_TOOL
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.policies.openai import retry_after_seconds
+from rollouts.recording import services
+from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
-from rollouts.text_actions import actions_from_text
-from rollouts.tools import INTERACT_MANY_TOOL
 
 DATA_URL_PREFIX = "data:image/png;base64,"
 

@@ -8,9 +8,9 @@ import crafter
 import pytest
 import ruamel.yaml
 
+from rollouts.game.tools import PROMPT_VERSION, game_rules, system_prompt
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
-from rollouts.tools import PROMPT_VERSION, game_rules, system_prompt
 
 DATA_YAML = Path(crafter.__file__).parent / "data.yaml"
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from rollouts.rate_limit import LocalLimiter, RedisLimiter, limiter_for
+from rollouts.policies.rate_limit import LocalLimiter, RedisLimiter, limiter_for
 from rollouts.tests.helpers import REDIS_URL, needs_redis
 
 # Only the tests of the shared limiter need Redis (`needs_redis`); the in-process one runs
@@ -173,7 +173,7 @@ def test_each_thread_keeps_one_connection_and_gives_it_back_when_it_ends(endpoin
 def test_a_forked_child_opens_its_own_connection(endpoint):
     import multiprocessing
 
-    from rollouts.rate_limit import _own_client
+    from rollouts.policies.rate_limit import _own_client
 
     limiter = worker_limiter(endpoint, concurrency=4)
     with limiter.slot():

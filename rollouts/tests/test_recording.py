@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from django.core.files.storage import default_storage
 
-from rollouts import services
-from rollouts.crafter_env import ACTION_INDEX, decode_png
-from rollouts.frame_store import FrameStore
+from rollouts.game.crafter_env import ACTION_INDEX, decode_png
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.recording import services
+from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import DEFAULT_SCRIPT
 from rollouts.tests.helpers import record_batch
 
@@ -119,7 +119,7 @@ def test_it_lets_one_worker_claim_an_episode_at_a_time(settings):
 
 def test_it_keeps_the_turns_played_when_ending_the_episode_fails():
     from rollouts.policies import build_policy
-    from rollouts.recorder import EpisodeRecorder
+    from rollouts.recording.recorder import EpisodeRecorder
     from rollouts.rollout_settings import RolloutSettings
 
     settings = RolloutSettings(policy="scripted", seeds=(3,), steps=4)

@@ -9,11 +9,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from rollouts import services, services_review
 from rollouts.models import Episode, Turn, TurnBulkFlag
+from rollouts.recording import services
+from rollouts.review import services as services_review
+from rollouts.review.selectors import request_image_steps
+from rollouts.review.turn_selection import EVERY_TURN, turns_selected
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.selectors_review import request_image_steps
-from rollouts.turn_selection import EVERY_TURN, turns_selected
 
 pytestmark = pytest.mark.django_db
 

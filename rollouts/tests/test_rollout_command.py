@@ -196,7 +196,7 @@ def test_it_resumes_a_batch_on_the_worker(celery_worker, settings, capsys):
 
     from django.utils import timezone
 
-    from rollouts import services
+    from rollouts.recording import services
     from rollouts.rollout_settings import RolloutSettings
 
     settings.STUDIO_EPISODE_STALE_SECONDS = 60

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
 from rollouts import selectors
-from rollouts.crafter_env import ACTIONS
+from rollouts.game.crafter_env import ACTIONS
 from rollouts.models import Episode, RolloutBatch
 from rollouts.rollout_settings import RolloutSettings, SettingsError
 from rollouts.tests import openai_server as replies

@@ -201,7 +201,7 @@ def test_the_bounds_themselves_are_taken_by_both_faces(option, endpoint):
 )
 def test_the_other_forms_with_a_step_limit_say_the_same(value, message):
     from evaluation.forms import EvaluateForm
-    from rollouts.forms_play import ForkForm, PlayNewForm
+    from rollouts.play.forms import ForkForm, PlayNewForm
 
     for form in (
         ForkForm({"turn": "0", "policy": "random", "steps": value}),

@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from django.db import connection
 
-from rollouts.crafter_env import ACHIEVEMENTS
+from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.models import Episode, Turn
-from rollouts.selectors_review import TURN_LIST_ORDER
+from rollouts.review.selectors import TURN_LIST_ORDER
+from rollouts.review.turn_selection import EVERY_TURN, TurnSelection, turns_selected
 from rollouts.tests.helpers import record_batch
-from rollouts.turn_selection import EVERY_TURN, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -134,7 +134,7 @@ def _sorted_page(filters: TurnSelection, sort: str):
     """The keys query of the turn list's first page in `sort`'s order, as it runs."""
     from django.test.utils import CaptureQueriesContext
 
-    from rollouts.selectors_review import turn_list_page
+    from rollouts.review.selectors import turn_list_page
 
     with CaptureQueriesContext(connection) as queries:
         turn_list_page(selection=filters, sort=sort, size=50)

@@ -13,8 +13,8 @@ import pytest
 from django.urls import reverse
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
-from rollouts.selectors_review import TURN_SORTS, turn_list_page
-from rollouts.turn_selection import EVERY_TURN, TurnSelection, turns_selected
+from rollouts.review.selectors import TURN_SORTS, turn_list_page
+from rollouts.review.turn_selection import EVERY_TURN, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,9 @@ from urllib.parse import parse_qs
 import pytest
 from django.utils import timezone
 
-from rollouts import selectors_review
 from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag, TurnRelabel
-from rollouts.turn_selection import EVERY_TURN, FilterError, TurnSelection, turns_selected
+from rollouts.review.forms import turn_list_query
+from rollouts.review.turn_selection import EVERY_TURN, FilterError, TurnSelection, turns_selected
 
 pytestmark = pytest.mark.django_db
 
@@ -235,7 +235,7 @@ def test_a_bulk_flag_stored_before_the_merge_is_rewritten_to_the_same_turns(worl
     assert _picked(world, TurnSelection.from_json(everything)) == ALL
     # Written back, the job links to the turn list with the same address query.
     job = TurnBulkFlag.objects.create(filters=new, flagged=True, created_by=editor)
-    query = parse_qs(selectors_review.turn_bulk_flag_list_query(job=job))
+    query = parse_qs(turn_list_query(TurnSelection.from_json(job.filters)))
     assert query == {
         "model": ["m-a"],
         "flagged": ["exclude"],

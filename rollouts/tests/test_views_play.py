@@ -8,8 +8,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from rollouts import services_play
 from rollouts.models import Episode, RolloutBatch, Turn, TurnRelabel
+from rollouts.play import services as services_play
 from rollouts.tests.helpers import record_batch
 
 pytestmark = pytest.mark.django_db
@@ -197,7 +197,7 @@ def test_the_achievement_chip_names_and_links_the_turn_that_unlocked_it(editor_c
 def test_a_fork_played_by_a_model_uses_a_named_endpoint_never_a_typed_url(
     editor_client, scripted, chat_server, chat_endpoint
 ):
-    from rollouts import services
+    from rollouts.recording import services
     from rollouts.tests import openai_server as replies
 
     url = reverse("rollouts:episode_fork", args=[scripted.id])

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from rollouts import services
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
 HOSTILE = "<script>alert(1)</script>"

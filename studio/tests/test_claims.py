@@ -17,9 +17,9 @@ from django.db import connection, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from datasets.models import Dataset, DatasetVersion
-from rollouts import services
+from curation.models import Dataset, DatasetVersion
 from rollouts.models import Episode, RolloutBatch, TurnBulkFlag
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims
 from training.models import TrainingJob

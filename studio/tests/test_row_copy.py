@@ -10,8 +10,8 @@ from django.db import connection, transaction
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 
-from rollouts import services
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from studio.row_copy import _plan, copy_rows
 

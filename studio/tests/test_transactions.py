@@ -8,8 +8,8 @@ import pytest
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from rollouts import services
 from rollouts.models import RolloutBatch
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from studio.transactions import fetch_and_commit
 

@@ -13,7 +13,7 @@ django.setup()
 from celery import signals
 from studio.celery import app
 app.loader.import_default_modules()
-from rollouts import crafter_env
+from rollouts.game import crafter_env
 if sys.argv[1:] == ["--break-the-game"]:
     def broken():
         raise RuntimeError("no textures")

@@ -14,9 +14,9 @@ from django.contrib.auth.models import Permission, User
 from django.db import connections
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from datasets.models import Dataset
-from rollouts import services
+from curation.models import Dataset
 from rollouts.models import Episode, RolloutBatch
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

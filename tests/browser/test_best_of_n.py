@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, expect
 
-from datasets import services as dataset_services
-from datasets.export_options import ExportOptions
-from rollouts import services
+from curation import services as dataset_services
+from curation.export_options import ExportOptions
 from rollouts.models import Episode
+from rollouts.recording import services
+from rollouts.review.turn_selection import TurnSelection
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.turn_selection import TurnSelection
 from tests.browser.test_episode_viewer import (  # noqa: F401  fixtures
     ROOT,
     _log_in_at,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from rollouts.game.scoring import crafter_score
 from rollouts.models import Episode
-from rollouts.scoring import crafter_score
 from rollouts.tests.helpers import record_batch
 from tests.browser.test_episode_viewer import _log_in_at, _user
 

@@ -15,8 +15,8 @@ from django.contrib.auth.models import Permission, User
 from django.db import connections
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from rollouts import services
 from rollouts.models import Episode, Turn
+from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

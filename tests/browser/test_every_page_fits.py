@@ -13,12 +13,12 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, expect
 
-from datasets import services as dataset_services
-from datasets.export_options import ExportOptions
-from datasets.models import DatasetImport
+from curation import services as dataset_services
+from curation.export_options import ExportOptions
+from curation.models import DatasetImport
 from rollouts.models import Episode
+from rollouts.review.turn_selection import TurnSelection
 from rollouts.tests.helpers import record_batch
-from rollouts.turn_selection import TurnSelection
 from tests.browser.test_episode_viewer import (  # noqa: F401
     allow_orm_beside_event_loop,
     chromium,

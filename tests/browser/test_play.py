@@ -12,7 +12,7 @@ import pytest
 from django.core.cache import cache
 from playwright.sync_api import Page, expect
 
-from rollouts.crafter_env import ACTION_INDEX, KEY_MAP, StudioEnv, encode_png
+from rollouts.game.crafter_env import ACTION_INDEX, KEY_MAP, StudioEnv, encode_png
 from rollouts.models import Episode, RolloutBatch, TurnRelabel
 from tests.browser import test_episode_viewer as viewer_tests
 from tests.browser.test_episode_viewer import ROOT, _log_in, _log_in_at, _played_episode, _user

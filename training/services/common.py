@@ -10,7 +10,7 @@ from typing import Literal
 
 from django.utils import timezone
 
-from datasets.models import DatasetVersion
+from curation.models import DatasetVersion
 from studio.endpoints import endpoint_api_key, endpoint_get
 from studio.models import Endpoint
 from training.config import TrainingConfig

@@ -11,7 +11,7 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
-from datasets.models import DatasetVersion
+from curation.models import DatasetVersion
 from studio import queue
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError, provider_for

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from datasets import services as dataset_services
-from datasets.export_options import ExportOptions
-from datasets.models import DatasetVersion
-from datasets.tests.conftest import record
-from rollouts.turn_selection import TurnSelection
+from curation import services as dataset_services
+from curation.export_options import ExportOptions
+from curation.models import DatasetVersion
+from curation.tests.conftest import record
+from rollouts.review.turn_selection import TurnSelection
 from training.tests.servers import OpenAIFineTuningServer, SynthServer
 
 REFERENCE = Path(__file__).resolve().parents[1] / "configs" / "crafter_vlm_gpt4o.toml"

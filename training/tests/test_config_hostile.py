@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from datasets.tests.conftest import run
+from curation.tests.conftest import run
 from studio.models import Endpoint
 from training.config import MAX_NESTING, ConfigError, config_load
 from training.models import TrainingJob

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from datasets.tests.conftest import record
+from curation.tests.conftest import record
 from evaluation import services as evaluation_services
 from rollouts.models import Episode, RolloutBatch
 from training import services

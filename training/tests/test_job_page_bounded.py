@@ -12,7 +12,7 @@ import uuid
 import pytest
 from django.db import connection
 
-from datasets.models import Dataset, DatasetVersion
+from curation.models import Dataset, DatasetVersion
 from training.models import TrainingEvent, TrainingJob
 from training.selectors import CHART_BUCKETS, EVENTS_COUNTED, EVENTS_SHOWN
 

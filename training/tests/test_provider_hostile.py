@@ -416,7 +416,7 @@ def test_the_model_id_in_the_completion_event_is_enough(synth_server, train_vers
 def test_escapes_from_a_provider_never_reach_the_terminal(
     celery_worker, synth_server, train_version
 ):
-    from datasets.tests.conftest import run
+    from curation.tests.conftest import run
     from training.tests.conftest import REFERENCE
 
     hostile = "clear\x1b[2Jtitle\x1b]0;pwned\x07end\x9b"

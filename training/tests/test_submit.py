@@ -12,7 +12,7 @@ import pytest
 from django.core.files.storage import default_storage
 from django.db import connection
 
-from datasets.tests.conftest import run
+from curation.tests.conftest import run
 from training import services
 from training.models import TrainingEvent, TrainingJob
 from training.tests.conftest import OPENAI_KEY, REFERENCE, SYNTH_KEY, version_of
@@ -327,7 +327,7 @@ def test_it_refuses_data_over_the_providers_limits_before_uploading(openai_serve
 def test_it_takes_the_newest_version_of_a_dataset_and_exports_one_when_none(
     synth_server, train_version
 ):
-    from datasets import services as dataset_services
+    from curation import services as dataset_services
 
     dataset = train_version.dataset
     outcome = submit("--dataset", str(dataset.id), "--base-url", synth_server.base_url, "--dry-run")
@@ -393,13 +393,13 @@ def _submission(version, provider, base_url):
 
 
 def _filters_of(dataset):
-    from rollouts.turn_selection import TurnSelection
+    from rollouts.review.turn_selection import TurnSelection
 
     return TurnSelection.from_json(dataset.filters)
 
 
 def _options():
-    from datasets.export_options import ExportOptions
+    from curation.export_options import ExportOptions
 
     return ExportOptions()
 

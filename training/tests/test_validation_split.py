@@ -9,12 +9,12 @@ import json
 import pytest
 from django.core.files.storage import default_storage
 
-from datasets import services as dataset_services
-from datasets.export_options import ExportOptions
-from datasets.jsonl import episode_split, row_for_provider
-from datasets.models import DatasetVersion
-from datasets.tests.conftest import record
-from rollouts.turn_selection import TurnSelection
+from curation import services as dataset_services
+from curation.export_options import ExportOptions
+from curation.jsonl import episode_split, row_for_provider
+from curation.models import DatasetVersion
+from curation.tests.conftest import record
+from rollouts.review.turn_selection import TurnSelection
 from training import services
 from training.models import TrainingJob
 from training.submission import submission_build

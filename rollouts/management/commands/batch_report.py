@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from rollouts import selectors
+from rollouts.game.scoring import SCORE_UNIT, crafter_score, score_percent, score_text
 from rollouts.models import RolloutBatch
-from rollouts.scoring import SCORE_UNIT, crafter_score, score_percent, score_text
 from studio.commands import StudioCommand, usage_error
 
 

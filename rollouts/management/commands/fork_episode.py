@@ -10,9 +10,10 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from rollouts import services, services_fork
 from rollouts.management.commands.rollout import Command as RolloutCommand
 from rollouts.models import Episode
+from rollouts.play import forks as services_fork
+from rollouts.recording import services
 from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError, cli_default
 from studio.commands import progress_bar, usage_error
 

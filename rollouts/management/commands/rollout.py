@@ -9,16 +9,17 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.management.base import CommandError
 
-from rollouts import selectors, services
-from rollouts.model_endpoints import chat_endpoint_with_url, endpoint_settings
+from rollouts import selectors
+from rollouts.game.scoring import SCORE_UNIT
 from rollouts.models import RolloutBatch
+from rollouts.policies.endpoints import chat_endpoint_with_url, endpoint_settings
+from rollouts.recording import services
 from rollouts.rollout_settings import (
     RolloutSettings,
     SettingsError,
     add_cli_arguments,
     settings_from_cli,
 )
-from rollouts.scoring import SCORE_UNIT
 from studio.commands import StudioCommand, progress_bar, usage_error
 from studio.endpoints import (
     EndpointError,

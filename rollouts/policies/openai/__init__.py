@@ -5,7 +5,7 @@ last K turns when `history_frames` is K (a text of the actions taken, then their
 oldest first), then the text observation and the current frame as a
 `data:image/png;base64,...` URL of exactly the stored PNG. `observation_mode` drops the
 image (`text`) or the text observation (`image`). The one tool is `interact_many`
-(`rollouts.tools`), with `tool_choice` `required`.
+(`rollouts.game.tools`), with `tool_choice` `required`.
 
 What is stored on the turn is the same request with each image part holding
 `{"frame_step": N, "detail": ...}` instead of base64: the frame row is the one copy.
@@ -20,11 +20,11 @@ Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
 * Bad output (`malformed_arguments`, `unknown_action`, `wrong_tool`, `no_tool_call`,
   `empty_answer`, `refusal`) is not retried: the answer is what the model does with this
   observation. Same `on_bad_output` rule. A text answer without a tool call goes through the
-  documented fallback in `rollouts.text_actions` first (`text_fallback`).
+  documented fallback in `rollouts.game.text_actions` first (`text_fallback`).
 * A hostile or broken answer is bad output too, never a lost episode: bodies are read in
   bounded memory (`transport`), parsed and cleaned by `answers.read_answer`
   (`invalid_response`, `answer_too_large`, `truncated_answer`, `invalid_text`).
-* The URL and key come from `rollouts.model_endpoints`: an admin-named endpoint's key goes
+* The URL and key come from `rollouts.policies.endpoints`: an admin-named endpoint's key goes
   to that endpoint's URL only. Connection errors say "unreachable" and nothing more.
 * An endpoint that cannot be reached on the episode's first call (after a short bounded
   retry), or that rejects it as misconfigured (401, 403, 404), raises `PolicyUnavailable`:

@@ -16,10 +16,10 @@ import math
 import re
 from typing import Any
 
-from rollouts.crafter_env import ACTIONS
+from rollouts.game.crafter_env import ACTIONS
+from rollouts.game.text_actions import actions_from_text, normalize_action
+from rollouts.game.tools import MAX_ACTIONS_PER_CALL, TOOL_NAME
 from rollouts.policies.base import Decision
-from rollouts.text_actions import actions_from_text, normalize_action
-from rollouts.tools import MAX_ACTIONS_PER_CALL, TOOL_NAME
 from studio.untrusted import clean_text
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL | re.IGNORECASE)

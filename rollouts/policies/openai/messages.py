@@ -6,9 +6,9 @@ import base64
 import functools
 from typing import Any
 
+from rollouts.game.tools import system_prompt
 from rollouts.policies.base import Observation
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.tools import system_prompt
 
 
 class ImageUrls:

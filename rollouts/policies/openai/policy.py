@@ -13,8 +13,9 @@ import httpx2
 import openai
 from django.conf import settings as django_settings
 
-from rollouts.model_endpoints import model_connection
+from rollouts.game.tools import INTERACT_MANY_TOOL
 from rollouts.policies.base import Decision, Observation, PolicyUnavailable, policy_seed
+from rollouts.policies.endpoints import model_connection
 from rollouts.policies.openai.answers import read_answer
 from rollouts.policies.openai.messages import ImageUrls, build_messages
 from rollouts.policies.openai.transport import (
@@ -23,9 +24,8 @@ from rollouts.policies.openai.transport import (
     UnreadableAnswer,
     bounded_http_client,
 )
-from rollouts.rate_limit import limiter_for
+from rollouts.policies.rate_limit import limiter_for
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.tools import INTERACT_MANY_TOOL
 from studio.redaction import redact_key
 from studio.untrusted import storable
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from django.conf import settings
 
-from datasets import services as dataset_services
-from datasets.models import Dataset
+from curation import services as dataset_services
+from curation.models import Dataset
 from studio.commands import StudioCommand
 from studio.queue import QUEUE_UNREACHABLE
 from studio.untrusted import terminal_safe

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class DatasetsConfig(AppConfig):
+    """Datasets: filters, versions, export and import. The package is `curation` so that
+    `import datasets` is Hugging Face's library; the app keeps its label (`datasets`), so its
+    tables, migrations, permissions, URL names and templates are the same as ever."""
+
+    name = "curation"
+    label = "datasets"

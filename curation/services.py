@@ -1,0 +1,331 @@
+"""Writes for datasets: save filters, create versions, run a version's export."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.text import slugify
+
+from curation.export_options import ExportOptions
+from curation.exporting import (
+    ExportEmpty,
+    ExportRefused,
+    ExportResult,
+    export_count,
+    export_files,
+)
+from curation.hf_export import HFResult, write_hf_dataset, zip_directory
+from curation.models import Dataset, DatasetVersion
+from curation.preferences import export_preference_files
+from rollouts.models import RolloutBatch
+from rollouts.review.turn_selection import TurnSelection, turns_selected
+from studio import claims, queue
+from studio.errors import plain_error
+
+logger = logging.getLogger(__name__)
+
+VersionOutcome = Literal["done", "failed", "busy", "done_already"]
+# A running export that has not reported progress for this long is presumed dead.
+STALE_AFTER = timedelta(minutes=10)
+MAX_ERROR_LINES = 200
+
+
+def rows_export(
+    *,
+    filters: TurnSelection,
+    options: ExportOptions,
+    output: Path,
+    val_output: Path | None = None,
+    progress=None,
+) -> ExportResult:
+    """The JSONL export of either kind: a row per turn, or a row per preference pair."""
+    export = export_preference_files if options.kind == "preference" else export_files
+    return export(
+        filters=filters, options=options, output=output, val_output=val_output, progress=progress
+    )
+
+
+def hf_card(*, filters: TurnSelection, options: ExportOptions, title: str = "") -> dict:
+    """What the dataset card says about where the data came from."""
+    batch_ids = sorted(
+        set(turns_selected(filters).values_list("episode__batch_id", flat=True).distinct())
+    )
+    batches = RolloutBatch.objects.filter(id__in=batch_ids).order_by("id")
+    return {
+        "title": title,
+        "filter": filters.to_json(),
+        "export_options": {
+            "kind": options.kind,
+            "history_frames": options.history_frames,
+            "val_fraction": options.val_fraction,
+        },
+        "batches": [{"id": b.id, "name": b.name, "policy": b.policy} for b in batches],
+        "models": sorted({b.model for b in batches if b.model}),
+    }
+
+
+def hf_export(
+    *,
+    filters: TurnSelection,
+    options: ExportOptions,
+    output: Path,
+    tool_calls_as_text: bool = False,
+    progress=None,
+    title: str = "",
+    shard_bytes: int | None = None,
+) -> HFResult:
+    """A Hugging Face dataset in `output`: the studio-format rows, then parquet and Arrow."""
+    options = dataclasses.replace(options, format="studio")  # the rows keep their metadata
+    with tempfile.TemporaryDirectory(prefix=".tmp-hf-rows-", dir=output.parent) as tmp:
+        train, val = Path(tmp, "train.jsonl"), Path(tmp, "val.jsonl")
+        result = rows_export(
+            filters=filters,
+            options=options,
+            output=train,
+            val_output=val if options.val_fraction > 0 else None,
+            progress=progress,
+        )
+        sources = {"train": train, **({"val": val} if result.val is not None else {})}
+        extra = {"shard_bytes": shard_bytes} if shard_bytes else {}
+        return write_hf_dataset(
+            sources=sources,
+            output=output,
+            kind=options.kind,
+            tool_calls_as_text=tool_calls_as_text,
+            card=hf_card(filters=filters, options=options, title=title),
+            **extra,
+        )
+
+
+def dataset_create(
+    *,
+    name: str,
+    filters: TurnSelection,
+    options: ExportOptions,
+    description: str = "",
+    created_by=None,
+) -> Dataset:
+    return Dataset.objects.create(
+        name=name,
+        description=description,
+        filters=filters.to_json(),
+        export_options=options.to_json(),
+        created_by=created_by,
+    )
+
+
+def dataset_update(
+    *,
+    dataset: Dataset,
+    name: str,
+    filters: TurnSelection,
+    options: ExportOptions,
+    description: str = "",
+) -> Dataset:
+    # Versions keep their own snapshot: editing the filter never changes what was exported.
+    dataset.name = name
+    dataset.description = description
+    dataset.filters = filters.to_json()
+    dataset.export_options = options.to_json()
+    dataset.save()
+    return dataset
+
+
+def dataset_version_create(
+    *, dataset: Dataset, created_by=None, enqueue: bool = True
+) -> DatasetVersion:
+    """A pending version with the dataset's filter as it is now; exported by a Celery task."""
+    with transaction.atomic():
+        # Lock the dataset row: two clicks never get the same version number.
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        last = locked.versions.aggregate(n=Max("number"))["n"] or 0
+        version = DatasetVersion.objects.create(
+            dataset=locked,
+            number=last + 1,
+            filters=TurnSelection.from_json(locked.filters).to_json(),
+            export_options=ExportOptions.from_json(locked.export_options).to_json(),
+            created_by=created_by,
+            # Without enqueue the caller exports it; the periodic requeue leaves it alone.
+            enqueued_at=None if enqueue else timezone.now(),
+        )
+        if enqueue:
+            transaction.on_commit(lambda: dataset_version_enqueue(version=version))
+    return version
+
+
+def dataset_version_enqueue(*, version: DatasetVersion) -> bool:
+    """Send the export; False when the broker is down (the periodic requeue sends it later)."""
+    from curation.tasks import dataset_version_export as task
+
+    return queue.send_job(DatasetVersion, task, version.id)
+
+
+def dataset_versions_requeue() -> int:
+    """Send again versions never sent, long unstarted, or whose worker died mid-export."""
+    from curation.tasks import dataset_version_export as task
+
+    ids = claims.jobs_to_resend(rows=DatasetVersion.objects.all(), stale_after=STALE_AFTER)
+    return queue.resend(DatasetVersion, task, ids)
+
+
+def version_file_names(version: DatasetVersion) -> tuple[str, str]:
+    base = f"exports/dataset-{version.dataset_id}/v{version.number}"
+    return f"{base}.jsonl", f"{base}.val.jsonl"
+
+
+def dataset_version_export(*, version_id: int) -> VersionOutcome:
+    """Claim a pending version and export it. Safe to run twice: the claim decides."""
+    token = claims.job_claim(
+        model=DatasetVersion, pk=version_id, stale_after=STALE_AFTER, progress_rows=0, error=""
+    )
+    if token is None:
+        status = (
+            DatasetVersion.objects.filter(id=version_id).values_list("status", flat=True).first()
+        )
+        return "busy" if status == DatasetVersion.Status.RUNNING else "done_already"
+    version = DatasetVersion.objects.get(id=version_id)
+    mine = {"model": DatasetVersion, "pk": version_id, "token": token}
+    try:
+        filters = TurnSelection.from_json(version.filters)
+        options = ExportOptions.from_json(version.export_options)
+        total = export_count(filters)
+        claims.job_heartbeat(**mine, total_rows=total)
+
+        def progress(done: int) -> None:
+            claims.job_heartbeat(**mine, progress_rows=min(done, total))
+
+        name, val_name = version_file_names(version)
+        with _local_targets(name, val_name) as (path, val_path):
+            result = rows_export(
+                filters=filters,
+                options=options,
+                output=path,
+                val_output=val_path if options.val_fraction > 0 else None,
+                progress=progress,
+            )
+            _store(path, name)
+            if result.val is not None:
+                _store(val_path, val_name)
+            sources = {"train": path, **({"val": val_path} if result.val is not None else {})}
+            hf = _version_hf(version=version, filters=filters, options=options, sources=sources)
+    except ExportEmpty as exc:
+        _version_fail(mine, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
+        return "failed"
+    except ExportRefused as exc:
+        lines = exc.lines()
+        shown = lines[:MAX_ERROR_LINES]
+        more = f"\n... and {len(lines) - len(shown)} more" if len(lines) > len(shown) else ""
+        _version_fail(mine, f"{exc}\n" + "\n".join(shown) + more)
+        return "failed"
+    except Exception as exc:  # a poison version is set aside with its error, never retried
+        logger.exception("dataset version %s export failed", version_id)
+        _version_fail(mine, plain_error(exc))
+        return "failed"
+    split: dict = {"val_fraction": options.val_fraction, "warnings": result.warnings()}
+    if result.val is not None:
+        split["val"] = {
+            "file": val_name,
+            "sha256": result.val.sha256,
+            "rows": result.val.rows,
+            "episodes": result.val.episodes,
+            "images": result.val.images,
+            "bytes": result.val.bytes,
+        }
+    scanned = max(total, result.train.rows + (result.val.rows if result.val else 0))
+    claims.job_finish(
+        **mine,
+        file=name,
+        sha256=result.train.sha256,
+        bytes=result.train.bytes,
+        rows=result.train.rows,
+        episodes=result.train.episodes,
+        images=result.train.images,
+        estimated_tokens=result.train.estimated_tokens
+        + (result.val.estimated_tokens if result.val else 0),
+        split=split,
+        hf_file=hf["file"],
+        hf_sha256=hf["sha256"],
+        hf_bytes=hf["bytes"],
+        total_rows=scanned,
+        progress_rows=scanned,
+    )
+    return "done"
+
+
+def _version_hf(
+    *,
+    version: DatasetVersion,
+    filters: TurnSelection,
+    options: ExportOptions,
+    sources: dict[str, Path],
+) -> dict:
+    """The version as a Hugging Face dataset for TRL, zipped and stored beside its JSONL.
+
+    Studio-format rows are converted as written (so it is exactly the version's content);
+    other formats have no metadata, so their rows are exported again in the studio format.
+    """
+    title = f"{version.dataset.name} v{version.number}"
+    folder = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf"
+    with tempfile.TemporaryDirectory(prefix="studio-hf-") as tmp:
+        output = Path(tmp, folder)
+        if options.format == "studio":
+            write_hf_dataset(
+                sources=sources,
+                output=output,
+                kind=options.kind,
+                card=hf_card(filters=filters, options=options, title=title),
+            )
+        else:
+            hf_export(filters=filters, options=options, output=output, title=title)
+        archive = Path(tmp, "hf.zip")
+        digest = zip_directory(output, archive)
+        size = archive.stat().st_size
+        base = f"exports/dataset-{version.dataset_id}/v{version.number}"
+        with open(archive, "rb") as fh:
+            name = default_storage.save(f"{base}.hf.zip", File(fh, name="hf.zip"))
+    return {"file": name, "sha256": digest, "bytes": size}
+
+
+def _version_fail(mine: dict, error: str) -> None:
+    claims.job_fail(**mine, error=error[:20000])
+
+
+class _local_targets:
+    """Local paths to export to: in storage itself when it is a filesystem, else a temp dir."""
+
+    def __init__(self, name: str, val_name: str) -> None:
+        self.names = (name, val_name)
+        self.tmpdir: str | None = None
+
+    def __enter__(self) -> tuple[Path, Path]:
+        try:
+            return tuple(Path(default_storage.path(n)) for n in self.names)  # type: ignore[return-value]
+        except NotImplementedError:
+            self.tmpdir = tempfile.mkdtemp(prefix="studio-export-")
+            return Path(self.tmpdir, "train.jsonl"), Path(self.tmpdir, "val.jsonl")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _store(path: Path, name: str) -> None:
+    """Remote storage gets the finished file uploaded; local storage already has it."""
+    try:
+        if Path(default_storage.path(name)) == path:
+            return
+    except NotImplementedError:
+        pass
+    with open(path, "rb") as fh:
+        default_storage.save(name, File(fh, name=Path(name).name))

@@ -1,5 +1,0 @@
-from django.apps import AppConfig
-
-
-class DatasetsConfig(AppConfig):
-    name = "datasets"

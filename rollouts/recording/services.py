@@ -1,0 +1,555 @@
+"""Writes for rollouts: create batches, claim and record episodes, keep batch progress.
+
+Which services module a write goes in: here, the recording lifecycle of batches and episodes
+(create, enqueue, claim, run, finish, fail, requeue). `services_review`: a reviewer's marks
+on recorded turns (flags, notes, relabels), which never change what was played.
+`services_play`: a person's game, key by key. `services_fork`: a new episode from another's
+prefix. Those three call this one to record; this one calls back only to replay a fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any, Literal
+
+from django.conf import settings as django_settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from rollouts.game.crafter_env import library_versions
+from rollouts.game.tools import PROMPT_VERSION, system_prompt
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.policies import build_policy
+from rollouts.policies.base import PolicyUnavailable
+from rollouts.recording.fork_replay import fork_prefix_of
+from rollouts.recording.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals, ForkDiverged
+from rollouts.rollout_settings import RolloutSettings
+from studio import claims, queue
+from studio.errors import plain_error
+from studio.row_copy import copy_rows
+from studio.transactions import commit_without_flush_wait, fetch_and_commit
+from studio.untrusted import storable
+
+logger = logging.getLogger(__name__)
+
+EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
+# A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
+Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
+
+
+def batch_create(
+    *, settings: RolloutSettings, created_by=None, enqueue: bool = True
+) -> RolloutBatch:
+    """One batch, one pending episode per seed; enqueued on Celery once committed."""
+    versions = library_versions()
+    sends_prompt = settings.policy == "openai"
+    with transaction.atomic():
+        batch = RolloutBatch.objects.create(
+            name=settings.name,
+            policy=settings.policy,
+            model=settings.model,
+            endpoint=settings.base_url,
+            endpoint_name=settings.endpoint,
+            seeds=list(settings.seeds),
+            step_limit=settings.steps,
+            image_size=settings.image_size,
+            settings=settings.to_json(),
+            prompt_version=PROMPT_VERSION if sends_prompt else 0,
+            system_prompt=(
+                system_prompt(
+                    observation_mode=settings.observation_mode,
+                    history_frames=settings.history_frames,
+                )
+                if sends_prompt
+                else ""
+            ),
+            episodes_total=len(settings.seeds) * settings.samples_per_seed,
+            created_by=created_by,
+            crafter_version=versions["crafter"],
+            numpy_version=versions["numpy"],
+            opensimplex_version=versions["opensimplex"],
+        )
+        # Without enqueue the caller plays them (`--inline`): stamped as handed over, so the
+        # periodic requeue never sends them to workers behind its back.
+        handed = None if enqueue else timezone.now()
+        episodes = [
+            Episode(batch=batch, seed=seed, sample=sample, enqueued_at=handed)
+            for seed in settings.seeds
+            for sample in range(settings.samples_per_seed)
+        ]
+        # COPY on PostgreSQL: 64 episodes in 1.1 ms of CPU, 4.1 through bulk_create, before
+        # the first of their messages can leave.
+        copy_rows(episodes)
+        ids = [episode.id for episode in episodes]
+        if enqueue and all(ids) and batch.policy != RolloutBatch.Policy.HUMAN:
+            # New episodes, never sent: no need to look them up and clear their stamps first
+            # (two statements and a commit before the first message, on every episode's path).
+            transaction.on_commit(lambda: _episodes_send(ids))
+        elif enqueue:  # a database that does not return the new ids
+            transaction.on_commit(lambda: batch_enqueue(batch=batch))
+    return batch
+
+
+def batch_run_inline(
+    *,
+    settings: RolloutSettings,
+    created_by=None,
+    cli_api_key: str = "",
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> RolloutBatch:
+    """Create a batch and play it here, no broker or worker: `rollout --inline`, the demo's
+    batch, tests and benchmarks. Returns the batch as it ended (see `batch_play_inline`)."""
+    batch = batch_create(settings=settings, created_by=created_by, enqueue=False)
+    return batch_play_inline(
+        batch=batch, cli_api_key=cli_api_key, progress=progress, workers=workers
+    )
+
+
+def batch_play_inline(
+    *,
+    batch: RolloutBatch,
+    cli_api_key: str = "",
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> RolloutBatch:
+    """Play the batch's unfinished episodes in this process, by seed and sample; a failed
+    episode is recorded as failed (its batch says so), never raised.
+
+    Model calls wait on the network, so an `openai` batch overlaps up to its `concurrency`
+    episodes, each in a thread of its own (with its own database connection); baselines are
+    CPU-bound and play one by one in the calling thread; so does everything inside an open
+    transaction. `workers` overrides that choice.
+    `cli_api_key`: see `episode_run`. `progress(batch, total)` gives a bar (tqdm's
+    interface: a context manager with `update(n)`), advanced once per episode.
+    """
+    ids = list(
+        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        .order_by("seed", "sample")
+        .values_list("id", flat=True)
+    )
+    if workers is None:
+        settings = batch_settings(batch)
+        workers = settings.concurrency if settings.policy == "openai" else 1
+    if transaction.get_connection().in_atomic_block:
+        # Other threads' connections cannot see what this transaction has not committed yet
+        # (a caller's atomic block, a test): they would find no episode to play.
+        workers = 1
+    bar = progress(batch, len(ids)) if progress is not None else _NoProgress()
+
+    def play(episode_id: int) -> EpisodeOutcome:
+        return episode_run(episode_id=episode_id, cli_api_key=cli_api_key)
+
+    def play_in_thread(episode_id: int) -> EpisodeOutcome:
+        try:
+            return play(episode_id)
+        finally:
+            close_old_connections()
+
+    with bar:
+        if min(workers, len(ids)) <= 1:
+            for episode_id in ids:
+                play(episode_id)
+                bar.update(1)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for _ in pool.map(play_in_thread, ids):
+                    bar.update(1)
+    batch.refresh_from_db()
+    return batch
+
+
+class _NoProgress(contextlib.nullcontext):
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+def batch_enqueue(*, batch: RolloutBatch) -> int:
+    """Send one task per unfinished episode. Safe to repeat: tasks claim before they play.
+
+    Returns how many were sent; fewer than asked when the broker is down, and those left
+    are sent by the periodic requeue once it is back (their `enqueued_at` stays empty).
+    """
+    if batch.policy == RolloutBatch.Policy.HUMAN:
+        return 0  # a person plays these, in the browser
+    ids = list(
+        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        .order_by("seed", "sample")
+        .values_list("id", flat=True)
+    )
+    if ids:
+        # Re-sent episodes count as never sent until their new message has left.
+        Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
+    return _episodes_send(ids)
+
+
+def _episodes_send(ids: list[int]) -> int:
+    from rollouts.tasks import episode_run
+
+    return queue.resend(Episode, episode_run, ids)
+
+
+def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
+    """Run again what did not finish: failed or canceled episodes start afresh, pending ones
+    and running ones whose worker died (stale heartbeat) are sent again. `rollout --resume`
+    and the batch page's Resume. Returns how many episodes are left to play."""
+    if batch.policy == RolloutBatch.Policy.HUMAN:
+        return 0  # a person's game is played on in the browser, or forked
+    with transaction.atomic():
+        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
+        # Their partial rows are replaced when replayed (episode_run, attempts > 1).
+        reset = Episode.objects.filter(batch=locked, status=Episode.Status.FAILED).update(
+            status=Episode.Status.PENDING, error="", claim_token="", finished_at=None
+        )
+        left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
+        if not enqueue:
+            # The caller plays them (`--inline`): the periodic requeue must leave them alone.
+            Episode.objects.filter(batch=locked, status=Episode.Status.PENDING).update(
+                enqueued_at=timezone.now()
+            )
+        if left:
+            RolloutBatch.objects.filter(id=locked.id).update(
+                episodes_failed=F("episodes_failed") - reset,
+                status=RolloutBatch.Status.RUNNING
+                if locked.started_at
+                else RolloutBatch.Status.PENDING,
+                error="",
+                finished_at=None,
+            )
+        if enqueue and left:
+            transaction.on_commit(lambda: batch_enqueue(batch=locked))
+    batch.refresh_from_db()
+    return left
+
+
+def batch_cancel(*, batch: RolloutBatch) -> int:
+    """Stop a pending or running batch: its unfinished episodes fail as canceled, and a worker
+    playing one stops at its next chunk (its claim is withdrawn). Returns episodes stopped."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
+        if locked.status not in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
+            return 0
+        stopped = Episode.objects.filter(
+            batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
+        ).update(
+            status=Episode.Status.FAILED,
+            error="canceled",
+            claim_token="",
+            finished_at=now,
+        )
+        RolloutBatch.objects.filter(id=locked.id).update(
+            status=RolloutBatch.Status.CANCELED,
+            episodes_failed=F("episodes_failed") + stopped,
+            error="canceled",
+            finished_at=now,
+        )
+    batch.refresh_from_db()
+    return stopped
+
+
+def batch_settings(batch: RolloutBatch) -> RolloutSettings:
+    return RolloutSettings.from_json(batch.settings)
+
+
+def episode_claim(*, episode_id: int) -> str | None:
+    """Take the episode if it is pending, or running with a stale heartbeat (its worker died)."""
+    claimed = _episode_claim(episode_id=episode_id)
+    return claimed[0] if claimed is not None else None
+
+
+def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
+    """`episode_claim`, and the episode (with its batch) as it is once claimed."""
+    # One statement on PostgreSQL: the claim returns the episode and its batch (on the
+    # critical path of every episode, it was a claim and then a read).
+    claimed = claims.job_claim_returning(
+        model=Episode,
+        pk=episode_id,
+        stale_after=episode_stale_after(),
+        related="batch",
+        increment=("attempts",),
+        error="",
+    )
+    if claimed is None:
+        return None
+    token, episode = claimed
+    # A batch that has started is never pending again (a resumed batch that had started goes
+    # back to running), so only the claims that still find it pending date its start: one
+    # UPDATE for the first episodes of a batch, none for the others.
+    if episode.batch.status == RolloutBatch.Status.PENDING:
+        # Filtered on the batch row's own status: an UPDATE that waited for the row's lock
+        # checks that again on the row as it then is. Through a join it did not, and a claim
+        # that waited behind the batch's last episode ending set a finished batch back to
+        # running, for good.
+        RolloutBatch.objects.filter(id=episode.batch_id, status=RolloutBatch.Status.PENDING).update(
+            status=RolloutBatch.Status.RUNNING, started_at=timezone.now()
+        )
+    return token, episode
+
+
+def episode_stale_after() -> timedelta:
+    """How long a running episode's worker may stay silent before it is presumed dead."""
+    return timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
+
+
+def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
+    """Claim, (re)play from the start and record one episode. Idempotent.
+
+    `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
+    operator gave when no admin-named endpoint is involved (`rollouts.policies.endpoints`).
+    """
+    claimed = _episode_claim(episode_id=episode_id)
+    if claimed is None:
+        status = Episode.objects.filter(id=episode_id).values_list("status", flat=True).first()
+        if status in (Episode.Status.FINISHED, Episode.Status.FAILED, None):
+            return "done_already"
+        return "busy"
+    token, episode = claimed
+    if episode.attempts > 1:
+        # A previous attempt may have left part of the episode: replace it, never add to it.
+        with transaction.atomic():
+            Turn.objects.filter(episode=episode).delete()
+            Frame.objects.filter(episode=episode).delete()
+    settings = batch_settings(episode.batch)
+    try:
+        prefix = _fork_prefix(episode)
+    except ValueError as exc:  # ForkError: the fork point is gone
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
+    try:
+        policy = build_policy(
+            settings, seed=int(episode.seed), sample=episode.sample, cli_api_key=cli_api_key
+        )
+    except PolicyUnavailable as exc:
+        batch_fail(batch=episode.batch, error=str(exc))
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
+
+    def finish(totals: EpisodeTotals) -> bool:
+        # In the transaction of the episode's last rows: one commit writes them and ends it.
+        return _episode_end_rows(
+            episode=episode,
+            claim_token=token,
+            status=Episode.Status.FINISHED,
+            error="",
+            totals=totals,
+        )
+
+    recorder = EpisodeRecorder(
+        episode=episode,
+        settings=settings,
+        policy=policy,
+        claim_token=token,
+        prefix=prefix,
+        end=finish,
+    )
+    try:
+        recorder.play()  # ends the episode as finished with its last rows (`finish`)
+    except ForkDiverged as exc:
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
+    except ClaimLost:
+        logger.warning("episode %s: claim lost, leaving it to its new owner", episode_id)
+        return "claim_lost"
+    except PolicyUnavailable as exc:
+        # The batch first: were this its last episode, ending it would close the batch as
+        # finished before it could be marked failed.
+        batch_fail(batch=episode.batch, error=str(exc))
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=recorder.totals)
+        return "failed"
+    except Exception as exc:  # a poison episode is set aside, never retried forever
+        logger.exception("episode %s failed", episode_id)
+        episode_fail(
+            episode=episode,
+            claim_token=token,
+            error=plain_error(exc),
+            totals=recorder.totals,
+        )
+        return "failed"
+    finally:
+        policy.close()
+    return "finished"
+
+
+def _fork_prefix(episode: Episode):
+    return fork_prefix_of(episode=episode) if episode.forked_at_turn is not None else None
+
+
+def episode_finish(*, episode: Episode, claim_token: str, totals) -> None:
+    _episode_end(
+        episode=episode,
+        claim_token=claim_token,
+        status=Episode.Status.FINISHED,
+        error="",
+        totals=totals,
+    )
+
+
+def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> None:
+    _episode_end(
+        episode=episode,
+        claim_token=claim_token,
+        status=Episode.Status.FAILED,
+        error=storable(error, max_bytes=4000),
+        totals=totals,
+    )
+
+
+def _episode_end(*, episode: Episode, claim_token: str, status: str, error: str, totals) -> bool:
+    """End the episode in a transaction of its own; False: the claim was lost."""
+    with transaction.atomic():
+        # The episodes of a batch end together and each holds the batch row's lock until it
+        # commits: waiting for the WAL flush there queued them one flush after another. A
+        # crash that loses such a commit leaves the episode running with an old heartbeat (or
+        # its last chunk unwritten), and the periodic requeue plays it again, as for a worker
+        # that died.
+        commit_without_flush_wait()
+        return _episode_end_rows(
+            episode=episode, claim_token=claim_token, status=status, error=error, totals=totals
+        )
+
+
+def _episode_end_rows(
+    *, episode: Episode, claim_token: str, status: str, error: str, totals
+) -> bool:
+    """The episode's end and its batch's counters, inside the caller's transaction (the one
+    that also writes the episode's last rows, when it finishes: `EpisodeRecorder(end=...)`).
+    False: the claim was lost, and nothing was written."""
+    now = timezone.now()
+    ended = claims.job_finish(
+        model=Episode,
+        pk=episode.id,
+        token=claim_token,
+        status=status,
+        error=error,
+        **totals.as_fields(),
+    )
+    if not ended:
+        return False
+    closed = _batch_count_end(
+        batch_id=episode.batch_id,
+        finished=status == Episode.Status.FINISHED,
+        totals=totals,
+        now=now,
+    )
+    if closed:
+        transaction.on_commit(lambda: _statistics_warm(episode.batch_id))
+    return True
+
+
+def _batch_count_end(*, batch_id: int, finished: bool, totals, now) -> bool:
+    """Count an ended episode on its batch; True when it was the batch's last (it closed it).
+
+    One UPDATE of the batch row, so that the episodes ending together queue on its lock for
+    one statement each, not three. Its SET clauses read the row as it was: this episode
+    makes it complete when the ended count before it is one short. The last episode to end
+    closes the batch (exactly once: the row is locked); a batch stopped by `batch_fail` keeps
+    its status, and its last episode dates its end. Written in SQL: the same statement
+    through the ORM's expressions cost ~1.7 ms of CPU to build, every episode, on the cores
+    the episodes play on; with RETURNING it also says whether it closed the batch.
+    """
+    table = RolloutBatch._meta.db_table
+    counter = "episodes_finished" if finished else "episodes_failed"
+    complete = "episodes_total <= episodes_finished + episodes_failed + 1"
+    running = "status IN (%s, %s)"
+    open_statuses = [RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING]
+    ended_at = connection.ops.adapt_datetimefield_value(now)
+    returning = connection.vendor == "postgresql" or (
+        connection.vendor == "sqlite" and connection.Database.sqlite_version_info >= (3, 35)
+    )
+    counts = "status, episodes_finished + episodes_failed, episodes_total"
+    sql = (
+        f"UPDATE {table} SET {counter} = {counter} + 1, "
+        "model_calls = model_calls + %s, model_errors = model_errors + %s, "
+        "model_retries = model_retries + %s, prompt_tokens = prompt_tokens + %s, "
+        "completion_tokens = completion_tokens + %s, "
+        f"status = CASE WHEN {complete} AND {running} THEN %s ELSE status END, "
+        f"finished_at = CASE WHEN {complete} AND ({running} OR finished_at IS NULL) "
+        "THEN %s ELSE finished_at END "
+        "WHERE id = %s"
+        + (
+            " RETURNING status, episodes_finished + episodes_failed, episodes_total"
+            if returning
+            else ""
+        )
+    )
+    params = [
+        totals.model_calls,
+        totals.model_errors + totals.bad_outputs,
+        totals.model_retries,
+        totals.prompt_tokens,
+        totals.completion_tokens,
+        *open_statuses,
+        RolloutBatch.Status.FINISHED,
+        *open_statuses,
+        ended_at,
+        batch_id,
+    ]
+    if returning:
+        # The last statement of the episode's end: with its COMMIT, so that the batch row's
+        # lock is let go on the server, not after another round trip.
+        row = fetch_and_commit(sql, params)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            # The row is ours until the commit: read it as it now is.
+            cursor.execute(f"SELECT {counts} FROM {table} WHERE id = %s", [batch_id])
+            row = cursor.fetchone()
+    # Ended, finished, and every episode counted: this episode closed it (the count moves
+    # past the total only if the batch ended before, and then it was not this one).
+    return row is not None and row[0] == RolloutBatch.Status.FINISHED and row[1] == row[2]
+
+
+# The leaderboard's warm-up lives in evaluation, which imports rollouts: it is sent by name,
+# not imported (a signal would need a receiver wired up in evaluation for the same one send).
+STATISTICS_WARM_TASK = "evaluation.tasks.statistics_warm"
+
+
+def _statistics_warm(batch_id: int) -> None:
+    """After the commit (off the batch row's lock) of the episode that closed the batch: have a
+    worker warm the leaderboard's statistics. A send that fails is only logged: the first
+    viewer computes them instead."""
+    from studio.celery import app
+
+    queue.send(app.signature(STATISTICS_WARM_TASK))
+
+
+def batch_fail(*, batch: RolloutBatch, error: str) -> None:
+    """Stop a batch that cannot go on (its endpoint is down): pending episodes fail at once."""
+    now = timezone.now()
+    with transaction.atomic():
+        skipped = Episode.objects.filter(batch=batch, status=Episode.Status.PENDING).update(
+            status=Episode.Status.FAILED,
+            error=storable(f"batch stopped: {error}", max_bytes=4000),
+            finished_at=now,
+        )
+        RolloutBatch.objects.filter(id=batch.id).update(
+            episodes_failed=F("episodes_failed") + skipped,
+        )
+        RolloutBatch.objects.filter(
+            id=batch.id, status__in=[RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING]
+        ).update(status=RolloutBatch.Status.FAILED, error=storable(error, max_bytes=4000))
+    # Episodes still running elsewhere end on their own and count themselves.
+    RolloutBatch.objects.filter(
+        id=batch.id, episodes_total__lte=F("episodes_finished") + F("episodes_failed")
+    ).update(finished_at=now)
+
+
+def episodes_requeue_stale() -> int:
+    """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
+    from rollouts.tasks import episode_run as episode_run_task
+
+    # A person's game waits for its player, however long: no worker can play it.
+    played_by_workers = Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+    ids = claims.jobs_stale(rows=played_by_workers, stale_after=episode_stale_after())
+    # Pending episodes whose message never left (broker down) or was lost with its data.
+    ids += claims.jobs_waiting(
+        rows=played_by_workers.exclude(batch__status=RolloutBatch.Status.FAILED),
+        created_field="batch__created_at",
+    )
+    return queue.resend(Episode, episode_run_task, ids)

@@ -1,0 +1,644 @@
+"""Reads for the review pages: batch lists, episode viewer data, the filtered turn list."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gc
+import json
+from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import (
+    Avg,
+    Count,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Coalesce
+
+from rollouts.models import Episode, Frame, RolloutBatch, Turn, TurnBulkFlag
+from rollouts.review.turn_selection import TurnSelection, has_episode_conditions, turns_selected
+from studio.cached import cached
+from studio.pagination import BoundedCount, KeysetPage, ValueGroups, count_bounded, keyset_page
+
+ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
+
+# Sort keys a user may pick on the batch page -> the ORM ordering they stand for.
+EPISODE_SORTS: dict[str, tuple[str, ...]] = {
+    "seed": ("seed", "id"),
+    "-seed": ("-seed", "-id"),
+    "steps": ("steps", "seed"),
+    "-steps": ("-steps", "seed"),
+    "reward": ("total_reward", "seed"),
+    "-reward": ("-total_reward", "seed"),
+    "achievements": ("achievement_count", "seed"),
+    "-achievements": ("-achievement_count", "seed"),
+}
+
+
+def batches_with_progress() -> QuerySet[RolloutBatch]:
+    """Newest first, each with the mean achievement count of its finished episodes."""
+    # A correlated subquery: computed for the page's batches only, not grouped over all.
+    mean = (
+        Episode.objects.filter(batch=OuterRef("pk"), status=Episode.Status.FINISHED)
+        .order_by()
+        .values("batch")
+        .annotate(mean=Avg("achievement_count"))
+        .values("mean")
+    )
+    return (
+        RolloutBatch.objects.select_related("created_by")
+        .annotate(mean_achievements=Subquery(mean))
+        .order_by("-created_at", "-id")
+    )
+
+
+def batches_any_active() -> bool:
+    return RolloutBatch.objects.filter(status__in=ACTIVE_BATCH_STATUSES).exists()
+
+
+def batch_get(*, batch_id: int) -> RolloutBatch:
+    return RolloutBatch.objects.select_related("created_by", "evaluates").get(id=batch_id)
+
+
+def batch_is_active(*, batch: RolloutBatch) -> bool:
+    return batch.status in ACTIVE_BATCH_STATUSES
+
+
+def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
+    ordering = EPISODE_SORTS.get(sort, EPISODE_SORTS["seed"])
+    # Errors as the turns recorded them (a failed call or an unusable answer each).
+    turn_errors = (
+        Turn.objects.filter(episode=OuterRef("pk"))
+        .exclude(error_kind="", error="")
+        .order_by()
+        .values("episode")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return (
+        Episode.objects.filter(batch_id=batch_id)
+        .defer("achievements", "claim_token")
+        .annotate(turn_errors=Coalesce(Subquery(turn_errors), 0))
+        .order_by(*ordering)
+    )
+
+
+def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
+    stats = Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
+        mean_steps=Avg("steps"),
+        mean_reward=Avg("total_reward"),
+        mean_achievements=Avg("achievement_count"),
+    )
+    stats["mean_latency_ms"] = Turn.objects.filter(
+        episode__batch_id=batch_id, latency_ms__gt=0
+    ).aggregate(m=Avg("latency_ms"))["m"]
+    return stats
+
+
+@dataclass(frozen=True)
+class EpisodeIndex:
+    """What the viewer's page carries: the episode and a compact index of its turns."""
+
+    episode: Episode
+    count: int
+    # The recorded columns, one entry per position in the viewer (see `episode_index`), as
+    # JSON escaped for a <script> element (what `json_script` gives).
+    recorded_json: str
+    # Positions of the flagged turns: a reviewer's marks, read anew for every page.
+    flagged: list[int]
+    # (achievement, position in the viewer, turn index) in the order they were unlocked.
+    unlocked: list[tuple[str, int, int]]
+    frame_digests: bytes  # 32 bytes of sha256 per position
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """Every column as the page's script sees them (recorded and flagged)."""
+        return json.loads(self.recorded_json) | {"flagged": self.flagged}
+
+    def frame(self, position: int) -> str:
+        """The sha256 of the frame at `position`, in hex."""
+        return self.frame_digests[32 * position : 32 * position + 32].hex()
+
+
+# The vitals the viewer's chart draws, each 0-9 in Crafter.
+CHART_VITALS = ("health", "food", "drink", "energy")
+# An ended episode's recorded columns never change (a replay after a failure is a new
+# attempt): long ones are kept in the cache, so opening one again, or by another reviewer,
+# costs one cache read instead of reading and encoding every turn. Short ones are cheap.
+VIEWER_CACHE_MIN_TURNS = 1_000
+VIEWER_CACHE_SECONDS = 24 * 3600
+_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED)
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What an episode recorded, as the viewer's index has it (cached for long episodes)."""
+
+    json: str
+    turns: list[int]  # each position's turn index, ascending
+    unlocked: list[tuple[str, int, int]]
+    frame_digests: bytes
+
+
+def episode_index(*, episode_id: int) -> EpisodeIndex:
+    """The viewer's page: one row per turn, only what the scrubber, filmstrip, chart and the
+    keys that move by kind need, in columns (10,000 turns make ~0.6 MB, not 16).
+
+    Each turn's texts come from `episode_turn` when the viewer's cursor gets near it.
+    """
+    episode = Episode.objects.select_related("batch").get(id=episode_id)
+    if episode.status in _ENDED and episode.steps >= VIEWER_CACHE_MIN_TURNS:
+        # Everything that tells this episode's recording from another's, in a database made
+        # again (ids restart) or after a replay.
+        ended = episode.finished_at.isoformat() if episode.finished_at else ""
+        key = (
+            f"viewer-index:1:{episode.id}:{episode.batch.created_at.isoformat()}:{ended}:"
+            f"{episode.attempts}:{episode.status}:{episode.steps}"
+        )
+        recorded = cached(key, lambda: _recorded_index(episode_id)[0], seconds=VIEWER_CACHE_SECONDS)
+        flagged = _flagged_positions(episode_id, recorded.turns)
+    else:
+        recorded, flagged = _recorded_index(episode_id)
+    turns = recorded.turns
+    return EpisodeIndex(
+        episode=episode,
+        count=len(turns),
+        recorded_json=recorded.json,
+        flagged=flagged,
+        unlocked=recorded.unlocked,
+        frame_digests=recorded.frame_digests,
+    )
+
+
+def _flagged_positions(episode_id: int, turns: list[int]) -> list[int]:
+    """The positions of the episode's flagged turns (off turn_list_flagged_idx)."""
+    positions = []
+    for index in (
+        Turn.objects.filter(episode_id=episode_id, flagged=True)
+        .order_by("index")
+        .values_list("index", flat=True)
+    ):
+        position = bisect_left(turns, index)  # turns are in ascending order
+        if position < len(turns) and turns[position] == index:
+            positions.append(position)
+    return positions
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """Python's cycle collector off for a while. A 10,000-turn index makes tens of thousands
+    of short-lived rows and lists, each freed as soon as its columns are built; counted as
+    allocations, they set off collections of the whole process's heap (60-70 ms, one page in
+    five at 10,000 turns: 113-121 ms p95 against 44-56 ms p50). None of them is a cycle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@_no_collection()
+def _recorded_index(episode_id: int) -> tuple[_Recorded, list[int]]:
+    """The recorded columns, and the flagged positions read in the same query."""
+    vitals = {
+        f"vital_{name}": KeyTextTransform(name, KeyTransform("vitals", "frame__state"))
+        for name in CHART_VITALS
+    }
+    turns = Turn.objects.filter(episode_id=episode_id).order_by("index")
+    # What turn_viewer_idx holds (a VLM turn's row is kilobytes wide: never read here), and
+    # its frame's step, sha256 and vitals; no JSON decoded per row.
+    rows = list(
+        turns.annotate(**vitals).values_list(
+            "index", "frame__step", "frame__sha256", "flagged", "reward", *vitals
+        )
+    )
+    if not rows:
+        empty = _Recorded(json=_script_json({"count": 0}), turns=[], unlocked=[], frame_digests=b"")
+        return empty, []
+    indices, steps, frames, flags, rewards, *series = (
+        list(column) for column in zip(*rows, strict=True)
+    )
+    position = {index: i for i, index in enumerate(indices)}
+    # The few turns that failed or unlocked something, each off its partial index.
+    errors = sorted(
+        position[index] for index in turns.exclude(error="").values_list("index", flat=True)
+    )
+    unlocks: list[int] = []
+    unlocked: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
+    for index, names in turns.exclude(achievements_unlocked=[]).values_list(
+        "index", "achievements_unlocked"
+    ):
+        unlocks.append(position[index])
+        for name in names:
+            # Named after the turn whose actions unlocked it (turn 9 unlocks at step 10): the
+            # chip links to the turn a reviewer wants to see.
+            if name not in seen:
+                seen.add(name)
+                unlocked.append((name, position[index], index))
+    digests = bytes.fromhex("".join(frames))
+    columns = {
+        "count": len(rows),
+        "turn": indices,
+        "step": steps,
+        # The frames' sha256 digests end to end, base64: 44 bytes a turn instead of 67.
+        "frames": base64.b64encode(digests).decode(),
+        # Marks as the positions that have them: few turns fail or unlock.
+        "errors": errors,
+        "unlocks": unlocks,
+        "reward": [[i, reward] for i, reward in enumerate(rewards) if reward],
+        # One character a turn per vital: the chart draws 0-9.
+        "vitals": {
+            name: "".join(v if v in _DIGITS else _vital_digit(v) for v in values)
+            for name, values in zip(CHART_VITALS, series, strict=True)
+        },
+    }
+    recorded = _Recorded(
+        json=_script_json(columns), turns=indices, unlocked=unlocked, frame_digests=digests
+    )
+    return recorded, [i for i, flag in enumerate(flags) if flag]
+
+
+# What Django's `json_script` escapes: JSON that can sit inside a <script> element.
+_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+def _script_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def _vital_digit(value: str | None) -> str:
+    try:
+        return str(min(max(int(value or 0), 0), 9))
+    except ValueError:
+        return "0"
+
+
+def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
+    """Everything the viewer shows of one turn; Turn.DoesNotExist when the episode has none
+    of that index (or there is no such episode).
+
+    Every string in it is model output and is only ever set as text.
+    """
+    row = (
+        Turn.objects.filter(episode_id=episode_id, index=index)
+        .values(
+            "id",
+            "index",
+            "frame__step",
+            "frame__sha256",
+            "frame__state",
+            "observation_text",
+            "request_messages",
+            "model_text",
+            "reasoning_text",
+            "tool_calls",
+            "actions",
+            "reward",
+            "achievements_unlocked",
+            "error",
+            "error_kind",
+            "finish_reason",
+            "text_fallback",
+            "prompt_tokens",
+            "completion_tokens",
+            "latency_ms",
+            "retries",
+            "flagged",
+            "note",
+            "truncated",
+            # A reviewer's correction, if any (a LEFT JOIN, not a second query).
+            "relabel__actions",
+            "relabel__reason",
+            "relabel__labeled_by__username",
+            "relabel__labeled_at",
+        )
+        .get()
+    )
+    step = row["frame__step"]
+    # Baselines send no request: what they "saw" is the turn's own frame.
+    seen_steps = request_image_steps(row["request_messages"]) or [step]
+    sha_by_step = {step: row["frame__sha256"]}
+    if set(seen_steps) - {step}:
+        sha_by_step |= dict(
+            Frame.objects.filter(episode_id=episode_id, step__in=seen_steps).values_list(
+                "step", "sha256"
+            )
+        )
+    state = row["frame__state"] or {}
+    turn = {
+        "id": row["id"],
+        "index": row["index"],
+        "step": step,
+        "frame": row["frame__sha256"],
+        "vitals": state.get("vitals", {}),
+        "inventory": state.get("inventory", {}),
+        "seen": [{"step": s, "frame": sha_by_step.get(s, "")} for s in seen_steps],
+        "observation": row["observation_text"],
+        "model_text": row["model_text"],
+        "reasoning": row["reasoning_text"],
+        "tool_calls": row["tool_calls"],
+        "actions": row["actions"],
+        "reward": row["reward"],
+        "unlocked": row["achievements_unlocked"],
+        "error": row["error"],
+        "error_kind": row["error_kind"],
+        "finish_reason": row["finish_reason"],
+        "text_fallback": row["text_fallback"],
+        "prompt_tokens": row["prompt_tokens"],
+        "completion_tokens": row["completion_tokens"],
+        "latency_ms": row["latency_ms"],
+        "retries": row["retries"],
+        "flagged": row["flagged"],
+        "note": row["note"],
+        "truncated": row["truncated"],
+        "relabel": _relabel(row),
+    }
+    clip_for_page(turn)
+    return turn
+
+
+# What the viewer receives of each long text; the rest comes from `turn_text` when asked for.
+# A model's answer is capped when stored (STUDIO_MAX_ANSWER_BYTES), but the viewer prefetches
+# a turn's neighbours: 16 turns of 64 KB texts would be a megabyte for every few key presses.
+PAGE_TEXT_CHARS = 2000
+# Viewer field -> Turn column.
+TURN_TEXT_FIELDS = {
+    "observation": "observation_text",
+    "model_text": "model_text",
+    "reasoning": "reasoning_text",
+    "error": "error",
+    "tool_calls": "tool_calls",
+}
+
+
+def clip_for_page(turn: dict[str, Any]) -> None:
+    """Cut the turn's long texts for the page; `clipped` gives each one's full length."""
+    clipped: dict[str, int] = {}
+    for name in ("observation", "model_text", "reasoning", "error"):
+        value = turn.get(name)
+        if isinstance(value, str) and len(value) > PAGE_TEXT_CHARS:
+            turn[name] = value[:PAGE_TEXT_CHARS] + "…"
+            clipped[name] = len(value)
+    calls = turn.get("tool_calls") or []
+    if any(len(_arguments(call)) > PAGE_TEXT_CHARS for call in calls):
+        clipped["tool_calls"] = len(turn_tool_calls_text(calls))
+        turn["tool_calls"] = [_clip_arguments(call) for call in calls]
+    turn["clipped"] = clipped
+
+
+def _arguments(call: Any) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    value = function.get("arguments") if isinstance(function, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _clip_arguments(call: Any) -> Any:
+    arguments = _arguments(call)
+    if len(arguments) <= PAGE_TEXT_CHARS:
+        return call
+    return {
+        **call,
+        "function": {**call["function"], "arguments": arguments[:PAGE_TEXT_CHARS] + "…"},
+    }
+
+
+def turn_tool_calls_text(calls: Any) -> str:
+    # As the viewer shows them (JSON.stringify(calls, null, 2)).
+    return json.dumps(calls, indent=2, ensure_ascii=False)
+
+
+def turn_text(*, turn_id: int, field: str) -> str:
+    """One text of a turn in full, as the viewer shows it; KeyError for an unknown field."""
+    column = TURN_TEXT_FIELDS[field]
+    value = Turn.objects.values_list(column, flat=True).get(id=turn_id)
+    if column == "tool_calls":
+        return turn_tool_calls_text(value)
+    return value or ""
+
+
+def _relabel(row: dict[str, Any]) -> dict[str, Any] | None:
+    if row["relabel__actions"] is None:
+        return None
+    return {
+        "actions": row["relabel__actions"],
+        "reason": row["relabel__reason"],
+        "by": row["relabel__labeled_by__username"] or "",
+        "at": row["relabel__labeled_at"].isoformat(timespec="seconds"),
+    }
+
+
+def request_image_steps(messages: Any) -> list[int]:
+    """Frame steps of the image parts in stored request messages, in the order sent."""
+    steps: list[int] = []
+    if not isinstance(messages, list):
+        return steps
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            image = part.get("image_url")
+            step = image.get("frame_step") if isinstance(image, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                steps.append(step)
+    return steps
+
+
+# Sort keys of the turn list's columns -> the ordering they stand for; newest first by default.
+# Each ends in a unique key (episode, index: turn_unique_episode_index) so that keyset pages
+# (cursors) are exact. Every one is read off an index in its order, with or without filters
+# (see `turn_list_page`): the default and the episode's by turn_list_order_idx, the batch's
+# and seed's by episode_batch_order_idx / episode_seed_order_idx, the turn's index by
+# turn_sort_index_idx (and _desc_idx), reward value by value (turn_sort_reward_idx,
+# turn_episode_reward_idx).
+TURN_SORTS: dict[str, tuple[str, ...]] = {
+    "": ("-episode_id", "index"),
+    "batch": ("episode__batch_id", "episode_id", "index"),
+    "-batch": ("-episode__batch_id", "-episode_id", "index"),
+    "episode": ("episode_id", "index"),
+    "-episode": ("-episode_id", "index"),
+    "seed": ("episode__seed", "episode_id", "index"),
+    "-seed": ("-episode__seed", "-episode_id", "index"),
+    "turn": ("index", "episode_id"),
+    "-turn": ("-index", "episode_id"),
+    "reward": ("reward", "episode_id", "index"),
+    "-reward": ("-reward", "episode_id", "index"),
+}
+TURN_LIST_ORDER: tuple[str, ...] = TURN_SORTS[""]
+_EPISODE_COLUMN_SORTS = frozenset({"batch", "-batch", "seed", "-seed"})
+
+
+def _kept_by_partial_index(selection: TurnSelection) -> bool:
+    """The selection keeps only turns one of the list's partial indexes holds (an unlocked
+    achievement, a flag, an error message, a reward's sign): under 1% of turns in the
+    benchmark's data."""
+    return bool(
+        selection.turn_unlocked
+        or selection.flagged == "only"
+        or selection.has_error == "yes"
+        or selection.reward in ("positive", "negative")
+    )
+
+
+def turn_list_page(
+    *,
+    selection: TurnSelection,
+    sort: str = "",
+    after: str | None = None,
+    before: str | None = None,
+    size: int,
+) -> KeysetPage:
+    """One page of the turn list's `selection` in the `sort` column's order, by cursor
+    (keyset), never by OFFSET: page 20,000 costs what page 1 costs.
+
+    How the page is read depends on the order and the filters, so that PostgreSQL walks an
+    index in that order and stops at the page's end (10 million turns):
+
+    - by episode (the default): the matching episodes' ids, an array, are the condition on
+      the turn list's index (`turns_selected(for_pages=True)`);
+    - by the episode's seed or batch: the conditions on the joined episode row, walked in
+      that order off an episode index, each episode's turns read in turn;
+    - by the turn's index: its index in that order, each turn's episode tested on the joined
+      row (`turn_sort_index_idx`, `turn_sort_index_desc_idx`);
+    - by reward: value by value (`ValueGroups`), each value's turns of the matching
+      episodes through an index on (episode, reward) or (reward, episode).
+
+    With episode conditions and a turn condition of the few a partial index holds (see
+    `_kept_by_partial_index`), the array's episodes are the condition on that index instead:
+    all their matches, one read, sorted (at 10M, a model's `collect_wood` turns: 19,000).
+    """
+    order = TURN_SORTS.get(sort, TURN_LIST_ORDER)
+    groups = None
+    annotations: dict[str, Any] = {}
+    partial = _kept_by_partial_index(selection)
+    few = has_episode_conditions(selection) and partial
+    if sort in _EPISODE_COLUMN_SORTS or (sort in ("turn", "-turn") and not few):
+        turns = turns_selected(selection, episode_joined=True)
+    else:
+        turns = turns_selected(selection, for_pages=True)
+        if sort in ("reward", "-reward") and not few:
+            groups = ValueGroups(next_value=functools.partial(_turn_value, "reward"))
+    if sort in ("turn", "-turn") and partial:
+        # The partial index's matches, read whole from it and sorted (at 10M, 10,000-47,000
+        # keys off the index alone, ~15 ms): "index + 0" keeps the planner off walking
+        # turn_sort_index_idx, which it picks for a match it takes to be spread evenly. A
+        # turn's reward and achievements come at one turn index (collect_wood's at 17): the
+        # walk read every other index's turns first (reward > 0, descending: 2 s).
+        annotations = {"index_sorted": ExpressionWrapper(F("index") + 0, IntegerField())}
+        turns = turns.annotate(**annotations)
+        order = tuple(name.replace("index", "index_sorted") for name in order)
+    return keyset_page(
+        turns,
+        order=order,
+        after=after,
+        before=before,
+        size=size,
+        # Keys as (episode, index): every index the list reads holds them (the partial ones
+        # of each filter too), so the keys of a page sorted from thousands of matches come
+        # from the index alone, not from as many turn rows (kilobytes each, on disk).
+        key=("episode_id", "index"),
+        load=lambda keys: turn_list_page_rows(turns=_turns_at(keys), sort=sort).annotate(
+            **annotations
+        ),
+        groups=groups,
+    )
+
+
+def _turns_at(keys: list[tuple[int, int]]) -> QuerySet[Turn]:
+    """The turns of these (episode, index) pairs: one condition per episode or per turn
+    index, whichever makes fewer (a page holds a few episodes, or a few turn indexes when
+    sorted by them); 51 pairs or-ed cost PostgreSQL ~6 ms to plan."""
+    by_episode: dict[int, list[int]] = {}
+    by_index: dict[int, list[int]] = {}
+    for episode_id, index in keys:
+        by_episode.setdefault(episode_id, []).append(index)
+        by_index.setdefault(index, []).append(episode_id)
+    at = Q(pk__in=[])
+    if len(by_episode) <= len(by_index):
+        for episode_id, indexes in by_episode.items():
+            at |= Q(episode_id=episode_id, index__in=indexes)
+    else:
+        for index, episodes in by_index.items():
+            at |= Q(index=index, episode_id__in=episodes)
+    return Turn.objects.filter(at)
+
+
+def _turn_value(field: str, after: Any, descending: bool) -> Any:
+    """The next value of the turn's `field` after `after` (the first when None), over every
+    turn: one step along the index that leads with it."""
+    turns = Turn.objects.all()
+    if after is not None:
+        turns = turns.filter(**{f"{field}__{'lt' if descending else 'gt'}": after})
+    return (
+        turns.order_by(f"-{field}" if descending else field).values_list(field, flat=True).first()
+    )
+
+
+def turns_count(*, turns: QuerySet[Turn]) -> BoundedCount:
+    """How many turns match: exact up to STUDIO_EXACT_COUNT_UP_TO, else PostgreSQL's
+    estimate ("about")."""
+    return count_bounded(turns)
+
+
+def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Turn]:
+    """What a page of the turn list needs, without the heavy request and observation text."""
+    return (
+        turns.select_related("episode__batch", "frame")
+        .only(
+            "id",
+            "index",
+            "model_text",
+            "actions",
+            "reward",
+            "achievements_unlocked",
+            "error",
+            "error_kind",
+            "flagged",
+            "note",
+            "episode__id",
+            "episode__seed",
+            "episode__sample",
+            "episode__batch__id",
+            "episode__batch__name",
+            "episode__batch__model",
+            "episode__batch__policy",
+            "frame__id",
+            "frame__sha256",
+            "frame__step",
+        )
+        .order_by(*TURN_SORTS.get(sort, TURN_LIST_ORDER))
+    )
+
+
+def turn_filter_choices() -> dict[str, list[Any]]:
+    """Batches and models offered by the turn list filters."""
+    batches = list(RolloutBatch.objects.order_by("-id").values_list("id", "name", "policy"))
+    models = sorted(m for m in RolloutBatch.objects.values_list("model", flat=True).distinct() if m)
+    return {"batches": batches, "models": models}
+
+
+def turn_get(*, turn_id: int) -> Turn:
+    return Turn.objects.get(id=turn_id)
+
+
+def turn_bulk_flag_get(*, job_id: int) -> TurnBulkFlag:
+    return TurnBulkFlag.objects.select_related("created_by").get(id=job_id)

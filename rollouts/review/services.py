@@ -1,0 +1,179 @@
+"""Writes made by reviewers: flags, notes and relabels on turns, one at a time or in bulk.
+
+A reviewer's marks sit beside what was recorded and never change it (the recording
+lifecycle is `rollouts.recording.services`; see its docstring for where a write goes).
+
+Bulk flags run on the worker (`turn_bulk_flag_start` in the request, `turn_bulk_flag_run`
+in the task): a filter can match millions of turns.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Literal
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from rollouts.game.crafter_env import ACTION_INDEX
+from rollouts.models import Turn, TurnBulkFlag, TurnRelabel
+from rollouts.review.selectors import turns_count
+from rollouts.review.turn_selection import TurnSelection, turns_selected
+from studio import claims, queue
+
+logger = logging.getLogger(__name__)
+
+NOTE_MAX_LENGTH = 10_000
+
+
+def turn_flag(*, turn: Turn, flagged: bool, user: AbstractBaseUser) -> Turn:
+    """Set (not toggle) the flag, so that a request sent twice leaves the same state."""
+    turn.flagged = flagged
+    turn.reviewed_by = user
+    turn.reviewed_at = timezone.now()
+    turn.save(update_fields=["flagged", "reviewed_by", "reviewed_at"])
+    return turn
+
+
+def turn_note(*, turn: Turn, note: str, user: AbstractBaseUser) -> Turn:
+    text = note.replace("\r\n", "\n").strip()
+    if len(text) > NOTE_MAX_LENGTH:
+        raise ValueError(f"note: longer than {NOTE_MAX_LENGTH} characters")
+    turn.note = text
+    turn.reviewed_by = user
+    turn.reviewed_at = timezone.now()
+    turn.save(update_fields=["note", "reviewed_by", "reviewed_at"])
+    return turn
+
+
+BulkFlagOutcome = Literal["done", "failed", "busy", "done_already", "claim_lost"]
+# A running bulk flag that has not finished a chunk for this long is presumed dead.
+BULK_FLAG_STALE_AFTER = timedelta(minutes=5)
+
+
+def turn_bulk_flag_start(
+    *, filters: TurnSelection, flagged: bool, user: AbstractBaseUser
+) -> TurnBulkFlag:
+    """A pending job for every turn `filters` matches; run by a Celery task once committed."""
+    to_change = turns_selected(filters).exclude(flagged=flagged)
+    total = turns_count(turns=to_change)
+    with transaction.atomic():
+        job = TurnBulkFlag.objects.create(
+            filters=filters.to_json(),
+            flagged=flagged,
+            total=total.value,
+            total_estimated=total.estimated,
+            created_by=user,
+        )
+        transaction.on_commit(lambda: turn_bulk_flag_enqueue(job=job))
+    return job
+
+
+def turn_bulk_flag_enqueue(*, job: TurnBulkFlag) -> bool:
+    """Send the job; False when the broker is down (the periodic requeue sends it later)."""
+    from rollouts.tasks import turn_bulk_flag_run as task
+
+    return queue.send_job(TurnBulkFlag, task, job.id)
+
+
+def turn_bulk_flags_requeue() -> int:
+    """Re-send bulk flags whose worker died (stale heartbeat) or whose message never left."""
+    from rollouts.tasks import turn_bulk_flag_run as task
+
+    ids = claims.jobs_to_resend(rows=TurnBulkFlag.objects.all(), stale_after=BULK_FLAG_STALE_AFTER)
+    return queue.resend(TurnBulkFlag, task, ids)
+
+
+def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnSelection:
+    return TurnSelection.from_json(job.filters)
+
+
+def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
+    """Claim the job and apply it in chunks of STUDIO_BULK_FLAG_CHUNK turns, in id order.
+
+    Each chunk is one transaction that also records progress and renews the claim, so a job
+    taken over after a crash resumes after its last committed chunk, and a worker that lost
+    its claim changes nothing more. Turns already in the wanted state keep their reviewer.
+    """
+    token = claims.job_claim(model=TurnBulkFlag, pk=job_id, stale_after=BULK_FLAG_STALE_AFTER)
+    if token is None:
+        status = TurnBulkFlag.objects.filter(id=job_id).values_list("status", flat=True).first()
+        if status in (TurnBulkFlag.Status.DONE, TurnBulkFlag.Status.FAILED, None):
+            return "done_already"
+        return "busy"
+    job = TurnBulkFlag.objects.get(id=job_id)
+    try:
+        turns = turns_selected(turn_bulk_flag_filters(job=job)).exclude(flagged=job.flagged)
+        last = job.last_turn_id
+        chunk = max(1, settings.STUDIO_BULK_FLAG_CHUNK)
+        while True:
+            with transaction.atomic():
+                ids = list(
+                    turns.filter(id__gt=last).order_by("id").values_list("id", flat=True)[:chunk]
+                )
+                if not ids:
+                    break
+                changed = Turn.objects.filter(id__in=ids, flagged=not job.flagged).update(
+                    flagged=job.flagged, reviewed_by=job.created_by, reviewed_at=timezone.now()
+                )
+                renewed = claims.job_heartbeat(
+                    model=TurnBulkFlag,
+                    pk=job_id,
+                    token=token,
+                    changed=F("changed") + changed,
+                    last_turn_id=ids[-1],
+                )
+                if not renewed:
+                    transaction.set_rollback(True)
+                    return "claim_lost"
+            last = ids[-1]
+    except Exception as exc:
+        logger.exception("bulk flag %s failed", job_id)
+        claims.job_fail(model=TurnBulkFlag, pk=job_id, token=token, error=str(exc)[:2000])
+        return "failed"
+    claims.job_finish(model=TurnBulkFlag, pk=job_id, token=token)
+    return "done"
+
+
+RELABEL_MAX_ACTIONS = 8
+RELABEL_REASON_MAX_LENGTH = 2_000
+
+
+def turn_relabel(
+    *, turn: Turn, actions: list[str], reason: str, user: AbstractBaseUser
+) -> TurnRelabel:
+    """Set (or change) the actions the turn should have taken; the turn itself is untouched."""
+    if not 1 <= len(actions) <= RELABEL_MAX_ACTIONS:
+        raise ValueError(f"actions: pick 1 to {RELABEL_MAX_ACTIONS} actions")
+    unknown = [a for a in actions if a not in ACTION_INDEX]
+    if unknown:
+        raise ValueError(f"actions: {unknown[0]!r} is not one of crafter's 17 actions")
+    text = clean_text(reason)
+    if len(text) > RELABEL_REASON_MAX_LENGTH:
+        raise ValueError(f"reason: longer than {RELABEL_REASON_MAX_LENGTH} characters")
+    relabel, _ = TurnRelabel.objects.update_or_create(
+        turn=turn,
+        defaults={
+            "actions": list(actions),
+            "reason": text,
+            "labeled_by": user,
+            "labeled_at": timezone.now(),
+        },
+    )
+    return relabel
+
+
+def turn_relabel_remove(*, turn: Turn) -> bool:
+    """Drop the correction; the turn exports as the model answered it again."""
+    deleted, _ = TurnRelabel.objects.filter(turn=turn).delete()
+    return deleted > 0
+
+
+def clean_text(text: str) -> str:
+    """A person's free text as stored: no NUL bytes or lone surrogates, Unix line ends."""
+    text = text.replace("\x00", "").replace("\r\n", "\n")
+    return text.encode("utf-8", "replace").decode("utf-8").strip()
