@@ -160,6 +160,41 @@ def check_file(
 
 
 def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
+    """One line checked in order: the record's shape, its messages, the assistant's answer,
+    then the metadata; the first problem found is the line's error."""
+    messages, metadata, tools = _record_parts(raw)
+    images: list[bytes] = []
+    image_roles: list[str] = []
+    image_sha256: list[str] = []
+    request: list[dict[str, Any]] = []
+    for position, message in enumerate(messages, start=1):
+        request.append(_message(position, message, images, image_roles, image_sha256, keep_images))
+    content, tool_calls = _answer(request)
+    current = _current_image(request, image_roles)
+    observation = _observation_text(request)
+    meta = _checked_metadata(metadata)
+    return Row(
+        line=number,
+        group=_group(number, metadata),
+        turn=meta.turn,
+        messages=request,
+        images=images,
+        model_text=content,
+        tool_calls=tool_calls,
+        reward=meta.reward,
+        unlocked=meta.unlocked,
+        flagged=meta.flagged,
+        model=meta.model,
+        tools=tools,
+        current_image=current,
+        observation_text=observation,
+        image_sha256=image_sha256,
+        origin=meta.origin,
+    )
+
+
+def _record_parts(raw: bytes) -> tuple[list[Any], dict[str, Any], list[dict[str, Any]] | None]:
+    """The line's messages, metadata and tools, each of the right kind."""
     if len(raw) > MAX_LINE_BYTES:
         raise _LineError(f"line longer than {MAX_LINE_BYTES} bytes")
     record = load_json(raw)
@@ -176,13 +211,11 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
         not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
     ):
         raise _LineError('"tools" must be a list of objects')
+    return messages, metadata, tools
 
-    images: list[bytes] = []
-    image_roles: list[str] = []
-    image_sha256: list[str] = []
-    request: list[dict[str, Any]] = []
-    for position, message in enumerate(messages, start=1):
-        request.append(_message(position, message, images, image_roles, image_sha256, keep_images))
+
+def _answer(request: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Take the assistant's answer off the end of `request`: its text and its tool calls."""
     answer = request.pop()
     if answer.get("role") != "assistant":
         raise _LineError("the last message must be the assistant's answer")
@@ -198,23 +231,24 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
     tool_calls = answer.get("tool_calls") or []
     if content is None and not tool_calls:
         raise _LineError("the assistant's answer has neither content nor tool calls")
+    return content, tool_calls
 
-    current = _current_image(request, image_roles)
-    observation = _observation_text(request)
+
+@dataclass
+class _Metadata:
+    reward: float
+    unlocked: list[str]
+    turn: int | None
+    flagged: bool
+    model: str
+    origin: tuple[int, int, int] | None  # (batch_id, episode_id, turn) when all three are ids
+
+
+def _checked_metadata(metadata: dict[str, Any]) -> _Metadata:
     reward = metadata.get("reward", 0.0)
     if isinstance(reward, bool) or not isinstance(reward, int | float):
         raise _LineError("metadata.reward must be a number")
-    achievements = metadata.get("achievements")
-    unlocked: list[str] = []
-    if isinstance(achievements, dict) and achievements.get("new_unique") is not None:
-        unlocked = achievements["new_unique"]
-        if not isinstance(unlocked, list) or not all(isinstance(a, str) for a in unlocked):
-            raise _LineError("metadata.achievements.new_unique must be a list of names")
-    if len(unlocked) > MAX_ACHIEVEMENTS or any(len(a) > MAX_NAME_CHARS for a in unlocked):
-        raise _LineError(
-            f"metadata.achievements.new_unique: at most {MAX_ACHIEVEMENTS} names of at most "
-            f"{MAX_NAME_CHARS} characters"
-        )
+    unlocked = _unlocked(metadata)
     turn = metadata.get("turn")
     if turn is not None and (
         isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn <= MAX_TURN
@@ -230,24 +264,30 @@ def parse_line(number: int, raw: bytes, *, keep_images: bool) -> Row:
     ids = (metadata.get("batch_id"), metadata.get("episode_id"), turn)
     if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         origin = ids
-    return Row(
-        line=number,
-        group=_group(number, metadata),
-        turn=turn,
-        messages=request,
-        images=images,
-        model_text=content,
-        tool_calls=tool_calls,
+    return _Metadata(
         reward=float(reward),
-        unlocked=list(unlocked),
+        unlocked=unlocked,
+        turn=turn,
         flagged=flagged,
         model=model,
-        tools=tools,
-        current_image=current,
-        observation_text=observation,
-        image_sha256=image_sha256,
         origin=origin,  # type: ignore[arg-type]
     )
+
+
+def _unlocked(metadata: dict[str, Any]) -> list[str]:
+    """metadata.achievements.new_unique: the achievements this turn unlocked."""
+    achievements = metadata.get("achievements")
+    unlocked: list[str] = []
+    if isinstance(achievements, dict) and achievements.get("new_unique") is not None:
+        unlocked = achievements["new_unique"]
+        if not isinstance(unlocked, list) or not all(isinstance(a, str) for a in unlocked):
+            raise _LineError("metadata.achievements.new_unique must be a list of names")
+    if len(unlocked) > MAX_ACHIEVEMENTS or any(len(a) > MAX_NAME_CHARS for a in unlocked):
+        raise _LineError(
+            f"metadata.achievements.new_unique: at most {MAX_ACHIEVEMENTS} names of at most "
+            f"{MAX_NAME_CHARS} characters"
+        )
+    return list(unlocked)
 
 
 def _message(
