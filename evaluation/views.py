@@ -44,12 +44,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     """`/compare/?batches=3,5,8` (or `batches=3&batches=5` from the batch list's checkboxes)."""
     fmt = request.GET.get("format", "html")
     try:
-        values = request.GET.getlist("batches")
-        ids = selectors.parse_batch_ids(values)
-        if len(values) > 1:
-            # Ticked in the batch list (newest first there): the oldest is the baseline.
-            ids.sort()
-        comparison = selectors.batches_compare(batch_ids=ids)
+        ids, comparison = _comparison_asked(request)
     except selectors.ComparisonError as exc:
         if fmt in ("json", "csv"):
             return JsonResponse({"error": str(exc)}, status=400)
@@ -57,33 +52,62 @@ def compare(request: HttpRequest) -> HttpResponse:
         return render(request, "evaluation/compare.html", {"error": str(exc), "query": typed})
     query = ",".join(str(i) for i in ids)
     if fmt in ("json", "csv"):
-        data = comparison_json(comparison)
+        return _comparison_download(comparison, fmt=fmt, query=query)
+    labels = {c.batch.id: _batch_label(c.batch) for c in comparison.columns}
+    context = {
+        "comparison": comparison,
+        "labels": labels,
+        "query": query,
+        "rate_rows": _rate_rows(comparison),
+        "rates_svg": _rates_svg(comparison, labels),
+        "score_svg": _score_svg(comparison, labels),
+        "seed_rows": _seed_rows(comparison, query),
+        "seeds_hidden": max(0, len(comparison.shared_seeds) - SEEDS_SHOWN),
+    }
+    return render(request, "evaluation/compare.html", context)
+
+
+def _comparison_asked(request: HttpRequest) -> tuple[list[int], selectors.BatchComparison]:
+    values = request.GET.getlist("batches")
+    ids = selectors.parse_batch_ids(values)
+    if len(values) > 1:
+        # Ticked in the batch list (newest first there): the oldest is the baseline.
+        ids.sort()
+    return ids, selectors.batches_compare(batch_ids=ids)
+
+
+def _comparison_download(
+    comparison: selectors.BatchComparison, *, fmt: str, query: str
+) -> HttpResponse:
+    data = comparison_json(comparison)
     if fmt == "json":
         response = HttpResponse(json.dumps(data, indent=1), content_type="application/json")
-        response["Content-Disposition"] = f'attachment; filename="compare-{query}.json"'
-        return response
-    if fmt == "csv":
+    else:
         response = HttpResponse(comparison_csv(data), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="compare-{query}.csv"'
-        return response
+    response["Content-Disposition"] = f'attachment; filename="compare-{query}.{fmt}"'
+    return response
 
-    labels = {c.batch.id: _batch_label(c.batch) for c in comparison.columns}
-    rate_rows = []
-    for name in ACHIEVEMENTS:
-        rate_rows.append(
-            {
-                "name": name,
-                "cells": [
-                    (c.summary.success_rates[name], c.summary.rate_intervals[name])
-                    for c in comparison.columns
-                ],
-                "diffs": [
-                    (d.paired.success_rates[name], d.paired.rate_intervals[name])
-                    for d in comparison.differences
-                ],
-            }
-        )
-    rates_svg = charts.rates_chart(
+
+def _rate_rows(comparison: selectors.BatchComparison) -> list[dict]:
+    """Per achievement: each batch's success rate and interval, then each paired difference."""
+    return [
+        {
+            "name": name,
+            "cells": [
+                (c.summary.success_rates[name], c.summary.rate_intervals[name])
+                for c in comparison.columns
+            ],
+            "diffs": [
+                (d.paired.success_rates[name], d.paired.rate_intervals[name])
+                for d in comparison.differences
+            ],
+        }
+        for name in ACHIEVEMENTS
+    ]
+
+
+def _rates_svg(comparison: selectors.BatchComparison, labels: dict[int, str]) -> str:
+    return charts.rates_chart(
         [
             charts.Series(
                 label=labels[c.batch.id],
@@ -94,13 +118,20 @@ def compare(request: HttpRequest) -> HttpResponse:
         ],
         title="Success rate per achievement on the shared seeds, with 95% intervals",
     )
-    score_svg = charts.score_chart(
+
+
+def _score_svg(comparison: selectors.BatchComparison, labels: dict[int, str]) -> str:
+    return charts.score_chart(
         [
             (labels[c.batch.id], c.summary.crafter_score, c.summary.score_interval)
             for c in comparison.columns
         ],
         title="Crafter score on the shared seeds, with 95% bootstrap intervals",
     )
+
+
+def _seed_rows(comparison: selectors.BatchComparison, query: str) -> list[dict]:
+    """The first SEEDS_SHOWN shared seeds: each batch's episode and each paired result."""
     per_seed = {d.batch.id: {r.seed: r for r in d.paired.per_seed} for d in comparison.differences}
     # Hundreds of rows with links: resolve each URL pattern once, not once per link.
     episode_url = _url_pattern("rollouts:episode_detail")
@@ -119,17 +150,7 @@ def compare(request: HttpRequest) -> HttpResponse:
                 "results": [per_seed[d.batch.id].get(seed) for d in comparison.differences],
             }
         )
-    context = {
-        "comparison": comparison,
-        "labels": labels,
-        "query": query,
-        "rate_rows": rate_rows,
-        "rates_svg": rates_svg,
-        "score_svg": score_svg,
-        "seed_rows": seed_rows,
-        "seeds_hidden": max(0, len(comparison.shared_seeds) - SEEDS_SHOWN),
-    }
-    return render(request, "evaluation/compare.html", context)
+    return seed_rows
 
 
 @require_GET
