@@ -11,7 +11,7 @@ DEV_STAMP := $(VENV)/.installed-dev-$(HASH)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test install services chromium lint bench bench-scale clean
+.PHONY: demo manage test install services chromium lint bench bench-scale clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,15 @@ demo: $(BASE_STAMP)
 	@DEBUG=1 $(PY) manage.py migrate --noinput -v0
 	@DEBUG=1 $(PY) manage.py demo_setup
 	@DEBUG=1 exec $(PY) -m studio.demo
+
+# Any manage.py command beside `make demo`, on its settings (DEBUG=1: the database, broker and
+# secret key under var/), e.g. make manage ARGS="rollout --policy scripted --seeds 0-3 --inline".
+# Migrates first only when the demo's SQLite file does not exist yet.
+manage: $(BASE_STAMP)
+	@mkdir -p var
+	@test -n "$$DATABASE_URL" || test -e "$${STUDIO_VAR_DIR:-var}/studio.sqlite3" || \
+	  DEBUG=1 $(PY) manage.py migrate --noinput -v0
+	@DEBUG=1 $(PY) manage.py $(ARGS)
 
 services:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start

@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from rollouts.tests.openai_server import ChatServer
+from studio.testing import celery_worker_running
 
 
 @pytest.fixture(autouse=True)
@@ -98,30 +99,12 @@ def chat_endpoint(db, chat_server, monkeypatch):
 
 @pytest.fixture
 def celery_worker(transactional_db, settings) -> Iterator[object]:
-    """A real Celery worker, in a thread of this process, consuming from the real broker.
+    """A real Celery worker, in threads of this process, consuming from the real broker.
 
     Needs `transactional_db`: the worker's connection must see what the test committed.
     """
-    from celery.contrib.testing.worker import start_worker
-
-    from studio.celery import app
-
-    broker = os.environ.get("CELERY_BROKER_URL", "")
-    if not broker.startswith("redis://"):
-        pytest.fail("tests need CELERY_BROKER_URL=redis://... (make test sets it)")
-    app.conf.broker_url = broker
-    app.conf.task_always_eager = False
-    _purge(app)
-    with start_worker(
-        app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30
-    ) as worker:
+    with celery_worker_running() as worker:
         yield worker
-    _purge(app)
-
-
-def _purge(app) -> None:
-    with app.connection_for_write() as conn:
-        conn.default_channel.queue_purge("celery")
 
 
 class BrokerSwitch:
@@ -162,20 +145,3 @@ def broker_switch(celery_worker) -> Iterator[BrokerSwitch]:
     switch = BrokerSwitch(app, os.environ["CELERY_BROKER_URL"])
     yield switch
     switch.up()
-
-
-def queue_drained(timeout: float = 30) -> None:
-    """Wait until the broker holds no message and the worker has had time to finish one."""
-    import time
-
-    from studio.celery import app
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with app.connection_for_write() as conn:
-            waiting = conn.default_channel.queue_declare("celery").message_count
-        if not waiting:
-            time.sleep(1.0)
-            return
-        time.sleep(0.1)
-    raise AssertionError("messages still queued")

@@ -19,11 +19,11 @@ def _secret_key() -> str:
     key = env.str("SECRET_KEY", default="")
     if key:
         return key
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
-    # Persisted so that logins survive a restart of the development server.
-    from studio.secret_key import secret_key_from_file
+    from studio.secret_key import secret_key_from_file, secret_key_missing
 
+    if not DEBUG:
+        secret_key_missing()
+    # Persisted so that logins survive a restart of the development server.
     return secret_key_from_file(VAR_DIR / "secret_key")
 
 

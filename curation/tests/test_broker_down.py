@@ -9,7 +9,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from conftest import queue_drained
 from curation import services
 from curation.export_options import ExportOptions
 from curation.models import Dataset, DatasetImport, DatasetVersion
@@ -17,6 +16,7 @@ from curation.tasks import dataset_version_export, datasets_requeue_waiting
 from curation.tests.conftest import record
 from curation.tests.test_import_hostile import good_row
 from rollouts.review.turn_selection import TurnSelection
+from studio.testing import queue_drained
 
 
 def _wait(model, row_id: int, timeout: float = 60):

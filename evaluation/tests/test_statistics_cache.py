@@ -10,10 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.db import connection
 
-from conftest import queue_drained
 from evaluation import selectors
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import record_batch
+from studio.testing import queue_drained
 
 
 def _studio_rows():

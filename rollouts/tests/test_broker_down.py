@@ -7,10 +7,10 @@ import time
 import pytest
 from django.urls import reverse
 
-from conftest import queue_drained
 from curation.tests.conftest import run
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tasks import episode_run, episodes_requeue_stale
+from studio.testing import queue_drained
 
 UNREACHABLE = "the task queue is unreachable; the batch will start when it is back"
 
