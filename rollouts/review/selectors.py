@@ -290,66 +290,56 @@ def _vital_digit(value: str | None) -> str:
         return "0"
 
 
+# What the viewer reads of a turn, in one query.
+_VIEWER_FIELDS = (
+    "id",
+    "index",
+    "frame__step",
+    "frame__sha256",
+    "frame__state",
+    "observation_text",
+    "request_messages",
+    "model_text",
+    "reasoning_text",
+    "tool_calls",
+    "actions",
+    "reward",
+    "achievements_unlocked",
+    "error",
+    "error_kind",
+    "finish_reason",
+    "text_fallback",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "retries",
+    "flagged",
+    "note",
+    "truncated",
+    # A reviewer's correction, if any (a LEFT JOIN, not a second query).
+    "relabel__actions",
+    "relabel__reason",
+    "relabel__labeled_by__username",
+    "relabel__labeled_at",
+)
+
+
 def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
     """Everything the viewer shows of one turn; Turn.DoesNotExist when the episode has none
     of that index (or there is no such episode).
 
     Every string in it is model output and is only ever set as text.
     """
-    row = (
-        Turn.objects.filter(episode_id=episode_id, index=index)
-        .values(
-            "id",
-            "index",
-            "frame__step",
-            "frame__sha256",
-            "frame__state",
-            "observation_text",
-            "request_messages",
-            "model_text",
-            "reasoning_text",
-            "tool_calls",
-            "actions",
-            "reward",
-            "achievements_unlocked",
-            "error",
-            "error_kind",
-            "finish_reason",
-            "text_fallback",
-            "prompt_tokens",
-            "completion_tokens",
-            "latency_ms",
-            "retries",
-            "flagged",
-            "note",
-            "truncated",
-            # A reviewer's correction, if any (a LEFT JOIN, not a second query).
-            "relabel__actions",
-            "relabel__reason",
-            "relabel__labeled_by__username",
-            "relabel__labeled_at",
-        )
-        .get()
-    )
-    step = row["frame__step"]
-    # Baselines send no request: what they "saw" is the turn's own frame.
-    seen_steps = request_image_steps(row["request_messages"]) or [step]
-    sha_by_step = {step: row["frame__sha256"]}
-    if set(seen_steps) - {step}:
-        sha_by_step |= dict(
-            Frame.objects.filter(episode_id=episode_id, step__in=seen_steps).values_list(
-                "step", "sha256"
-            )
-        )
+    row = Turn.objects.filter(episode_id=episode_id, index=index).values(*_VIEWER_FIELDS).get()
     state = row["frame__state"] or {}
     turn = {
         "id": row["id"],
         "index": row["index"],
-        "step": step,
+        "step": row["frame__step"],
         "frame": row["frame__sha256"],
         "vitals": state.get("vitals", {}),
         "inventory": state.get("inventory", {}),
-        "seen": [{"step": s, "frame": sha_by_step.get(s, "")} for s in seen_steps],
+        "seen": _seen_frames(episode_id, row),
         "observation": row["observation_text"],
         "model_text": row["model_text"],
         "reasoning": row["reasoning_text"],
@@ -372,6 +362,22 @@ def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
     }
     clip_for_page(turn)
     return turn
+
+
+def _seen_frames(episode_id: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frames the turn's request showed the model, by step; a second query only when
+    they are not just the turn's own frame."""
+    step = row["frame__step"]
+    # Baselines send no request: what they "saw" is the turn's own frame.
+    seen_steps = request_image_steps(row["request_messages"]) or [step]
+    sha_by_step = {step: row["frame__sha256"]}
+    if set(seen_steps) - {step}:
+        sha_by_step |= dict(
+            Frame.objects.filter(episode_id=episode_id, step__in=seen_steps).values_list(
+                "step", "sha256"
+            )
+        )
+    return [{"step": s, "frame": sha_by_step.get(s, "")} for s in seen_steps]
 
 
 # What the viewer receives of each long text; the rest comes from `turn_text` when asked for.
