@@ -23,7 +23,12 @@ from django.db import connection
 from django.db.models import Model
 from django.utils import timezone
 
+from studio.models import ClaimedJob
+
 ROOT = Path(__file__).resolve().parents[1]
+# Where a job with `ClaimedJob`'s statuses stops (an export, an import, a bulk flag): what a
+# test waits for with `wait_for_row`.
+JOB_ENDS = (ClaimedJob.Status.DONE, ClaimedJob.Status.FAILED)
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Model)

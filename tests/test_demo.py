@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+from studio.testing import wait_until
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -89,30 +91,40 @@ def test_it_stops_server_worker_and_scheduler_on_ctrl_c(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(demo.stdout), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
+                    return True
             except OSError:
                 assert demo.poll() is None, "".join(lines)
-                time.sleep(0.5)
-        else:
-            raise AssertionError("the demo server never answered:\n" + "".join(lines))
+                return False
+
+        wait_until(
+            answers,
+            timeout=240,
+            every=0.5,
+            what=lambda: "the demo server to answer:\n" + "".join(lines),
+        )
+
         # The worker and scheduler are up too (their own sessions, found by parentage).
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            everyone = _descendants(demo.pid)
-            commands = " ".join(
+        def commands() -> str:
+            return " ".join(
                 Path(f"/proc/{pid}/cmdline").read_text(errors="replace").replace("\0", " ")
-                for pid in everyone
+                for pid in _descendants(demo.pid)
                 if _alive(pid)
             )
-            if "worker" in commands and "beat" in commands and "runserver" in commands:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"not all three started: {commands}")
+
+        def all_three() -> bool:
+            running = commands()
+            return all(name in running for name in ("worker", "beat", "runserver"))
+
+        wait_until(
+            all_three,
+            timeout=60,
+            every=0.5,
+            what=lambda: f"all three to start: {commands()}",
+        )
         time.sleep(3)  # the worker past its start-up
         everyone = _descendants(demo.pid) | {demo.pid}
         shown_before = len(lines)

@@ -7,7 +7,7 @@ import logging
 import pytest
 from django.urls import reverse
 
-from rollouts.tests.helpers import manage, subprocess_env
+from studio.testing import manage, subprocess_env
 
 pytestmark = pytest.mark.django_db
 

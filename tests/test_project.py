@@ -9,8 +9,8 @@ from django.contrib.auth import authenticate
 from django.core.management import call_command
 
 from rollouts.models import Episode, RolloutBatch
-from rollouts.tests.helpers import manage
 from studio.models import Endpoint
+from studio.testing import manage
 
 
 def test_it_refuses_to_start_without_a_secret_key_when_debug_is_off():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -16,17 +15,7 @@ from curation.tasks import dataset_version_export, datasets_requeue_waiting
 from curation.tests.conftest import record
 from curation.tests.test_import_hostile import good_row
 from rollouts.review.turn_selection import TurnSelection
-from studio.testing import queue_drained
-
-
-def _wait(model, row_id: int, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = model.objects.get(id=row_id)
-        if row.status in ("done", "failed"):
-            return row
-        time.sleep(0.2)
-    raise AssertionError(f"{model.__name__} {row_id} still {row.status}")
+from studio.testing import JOB_ENDS, queue_drained, wait_for_row
 
 
 def _dataset() -> Dataset:
@@ -62,8 +51,8 @@ def test_it_saves_an_export_says_so_and_runs_it_when_the_broker_is_back(
 
     broker_switch.up()
     datasets_requeue_waiting.delay()  # what beat sends every minute
-    version = _wait(DatasetVersion, version.id)
-    job = _wait(DatasetImport, job.id)
+    version = wait_for_row(DatasetVersion, version.id, statuses=JOB_ENDS)
+    job = wait_for_row(DatasetImport, job.id, statuses=JOB_ENDS)
     assert version.status == "done" and version.rows == 16
     assert job.status == "done" and job.summary["turns"] == 1
     # The original messages arriving late export and import nothing twice.
@@ -86,5 +75,5 @@ def test_it_takes_over_a_version_whose_worker_died(broker_switch, settings):
         enqueued_at=timezone.now(),
     )
     datasets_requeue_waiting.delay()
-    version = _wait(DatasetVersion, version.id)
+    version = wait_for_row(DatasetVersion, version.id, statuses=JOB_ENDS)
     assert version.status == "done" and version.rows == 16 and version.claim_token != "dead"

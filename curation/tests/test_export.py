@@ -17,7 +17,7 @@ from rollouts.game.tools import INTERACT_MANY_TOOL, SYSTEM_PROMPT, tool_call
 from rollouts.models import Episode, Frame, Turn
 from rollouts.recording.frame_store import FrameStore
 from rollouts.tests import openai_server as replies
-from rollouts.tests.helpers import manage, subprocess_env
+from studio.testing import manage, subprocess_env
 
 pytestmark = pytest.mark.django_db
 

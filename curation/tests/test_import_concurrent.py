@@ -7,7 +7,6 @@ the same 40 lines started together both passed it and both wrote (80 turns).
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.core.files.storage import default_storage
@@ -18,6 +17,7 @@ from curation.models import Dataset, DatasetImport
 from curation.services_import import dataset_import_run
 from curation.tests.test_import_hostile import good_row
 from rollouts.models import RolloutBatch, Turn
+from studio.testing import wait_until
 
 LINES = 40
 
@@ -61,10 +61,11 @@ def test_it_imports_a_file_once_when_two_workers_import_it_at_once():
             cursor.execute(f"LOCK TABLE {RolloutBatch._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 60
-        while _waiting_backends() < 2:
-            assert time.monotonic() < deadline, "the two imports never both reached the write"
-            time.sleep(0.05)
+        wait_until(
+            lambda: _waiting_backends() >= 2,
+            timeout=60,
+            what="the two imports both to reach the write",
+        )
     for thread in threads:
         thread.join(timeout=120)
         assert not thread.is_alive()

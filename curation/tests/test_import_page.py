@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,9 @@ from curation import views
 from curation.models import Dataset, DatasetImport
 from curation.tests.test_import_hostile import HOSTILE_LINES, _counts, good_row, png_url
 from rollouts.models import Frame
+from studio.testing import JOB_ENDS, wait_for_row
 
 IMPORT_URL = "datasets:dataset_import"
-
-
-def _wait_for(job_id: int, timeout: float = 60) -> DatasetImport:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = DatasetImport.objects.get(id=job_id)
-        if job.status in (DatasetImport.Status.DONE, DatasetImport.Status.FAILED):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"import {job_id} still {job.status} after {timeout} s")
 
 
 def _upload(name: str, lines: list[str]) -> SimpleUploadedFile:
@@ -47,7 +37,7 @@ def test_it_imports_an_upload_on_a_worker_and_the_page_follows_it(
     job = DatasetImport.objects.get()
     assert response["Location"] == reverse("datasets:import_detail", args=[job.id])
     assert job.enqueued_at is not None
-    job = _wait_for(job.id)
+    job = wait_for_row(DatasetImport, job.id, statuses=JOB_ENDS)
     assert job.status == "done", (job.error, job.errors)
     dataset = Dataset.objects.get(name="rows.jsonl")
     assert job.dataset_id == dataset.id and job.summary["turns"] == 3
@@ -69,7 +59,7 @@ def test_it_lists_every_hostile_line_of_an_upload_and_imports_nothing(
     )
     response = editor_client.post(reverse(IMPORT_URL), {"file": upload})
     assert response.status_code == 302
-    job = _wait_for(DatasetImport.objects.get().id)
+    job = wait_for_row(DatasetImport, DatasetImport.objects.get().id, statuses=JOB_ENDS)
     assert job.status == "failed"
     assert job.error == f"{len(HOSTILE_LINES)} error(s) in the file, nothing imported"
     assert [e.split(":", 1)[0] for e in job.errors] == [

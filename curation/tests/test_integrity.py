@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.urls import reverse
 
@@ -14,6 +12,7 @@ from curation.tests.conftest import read_rows, record, run
 from rollouts.models import Turn
 from rollouts.review.turn_selection import TurnSelection
 from rollouts.tests import openai_server as replies
+from studio.testing import JOB_ENDS, wait_for_row
 
 pytestmark = pytest.mark.django_db
 
@@ -97,16 +96,6 @@ def test_it_warns_when_the_validation_split_is_empty(scripted_batch, tmp_path):
     assert result.summary["rows"] == 90 and result.summary["val"]["rows"] == 0
 
 
-def _wait(version: DatasetVersion, timeout: float = 120.0) -> DatasetVersion:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        version.refresh_from_db()
-        if version.status in (DatasetVersion.Status.DONE, DatasetVersion.Status.FAILED):
-            return version
-        time.sleep(0.2)
-    raise AssertionError(f"version {version.id} still {version.status}")
-
-
 def test_it_fails_an_empty_version_with_the_reason_unless_allowed(celery_worker):
     batch = record(seeds=(1,), steps=3)
     dataset = services.dataset_create(
@@ -114,12 +103,16 @@ def test_it_fails_an_empty_version_with_the_reason_unless_allowed(celery_worker)
         filters=TurnSelection(batches=(batch.id,), min_reward=1000.0),
         options=ExportOptions(),
     )
-    version = _wait(services.dataset_version_create(dataset=dataset))
+    version = wait_for_row(
+        services.dataset_version_create(dataset=dataset), statuses=JOB_ENDS, timeout=120
+    )
     assert version.status == DatasetVersion.Status.FAILED
     assert "no rows to export" in version.error and not version.sha256
     dataset.export_options = ExportOptions(allow_empty=True).to_json()
     dataset.save()
-    allowed = _wait(services.dataset_version_create(dataset=dataset))
+    allowed = wait_for_row(
+        services.dataset_version_create(dataset=dataset), statuses=JOB_ENDS, timeout=120
+    )
     assert allowed.status == DatasetVersion.Status.DONE and allowed.rows == 0
 
 

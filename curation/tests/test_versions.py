@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,7 @@ from curation.export_options import ExportOptions
 from curation.models import DatasetVersion
 from curation.tests.conftest import read_rows, record
 from rollouts.review.turn_selection import TurnSelection
-
-
-def _wait(version: DatasetVersion, timeout: float = 120.0) -> DatasetVersion:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        version.refresh_from_db()
-        if version.status in (DatasetVersion.Status.DONE, DatasetVersion.Status.FAILED):
-            return version
-        time.sleep(0.2)
-    raise AssertionError(f"version {version.id} still {version.status}")
+from studio.testing import JOB_ENDS, wait_for_row
 
 
 def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_content(
@@ -44,7 +34,11 @@ def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_cont
         options=ExportOptions(val_fraction=val_fraction, history_frames=1),
         created_by=editor,
     )
-    first = _wait(services.dataset_version_create(dataset=dataset, created_by=editor))
+    first = wait_for_row(
+        services.dataset_version_create(dataset=dataset, created_by=editor),
+        statuses=JOB_ENDS,
+        timeout=120,
+    )
     assert first.status == DatasetVersion.Status.DONE, first.error
     assert first.number == 1 and first.created_by == editor
     path = Path(default_storage.path(first.file.name))
@@ -73,7 +67,11 @@ def test_it_exports_versions_on_the_worker_with_the_same_bytes_for_the_same_cont
         filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(val_fraction=val_fraction, history_frames=1),
     )
-    second = _wait(services.dataset_version_create(dataset=dataset, created_by=editor))
+    second = wait_for_row(
+        services.dataset_version_create(dataset=dataset, created_by=editor),
+        statuses=JOB_ENDS,
+        timeout=120,
+    )
     assert second.number == 2 and second.sha256 == first.sha256
     assert second.val["sha256"] == first.val["sha256"]
 
@@ -91,7 +89,9 @@ def test_it_records_a_refused_export_as_failed_with_the_report(celery_worker, ed
         filters=TurnSelection(batches=(batch.id,)),
         options=ExportOptions(format="openai"),
     )
-    version = _wait(services.dataset_version_create(dataset=dataset))
+    version = wait_for_row(
+        services.dataset_version_create(dataset=dataset), statuses=JOB_ENDS, timeout=120
+    )
     assert version.status == DatasetVersion.Status.FAILED
     assert "train file: 3 rows; at least 10 are needed" in version.error
     assert not version.sha256 and not version.file

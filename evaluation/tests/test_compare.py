@@ -13,7 +13,8 @@ from django.urls import reverse
 from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.game.scoring import crafter_score
 from rollouts.models import Episode, RolloutBatch
-from rollouts.tests.helpers import manage, record_batch, subprocess_env
+from rollouts.tests.helpers import record_batch
+from studio.testing import manage, subprocess_env
 
 pytestmark = pytest.mark.django_db
 

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
-ROOT = Path(__file__).resolve().parents[2]
+# The child-process launchers live in studio.testing (every app's tests share them); these
+# names stay importable from here for tests written before they moved.
+from studio.testing import ROOT, manage, run_python, start_python, subprocess_env  # noqa: F401
+
+# The statuses a batch stops in: what a test waits for (`studio.testing.wait_for_row`).
+BATCH_ENDS = (
+    RolloutBatch.Status.FINISHED,
+    RolloutBatch.Status.FAILED,
+    RolloutBatch.Status.CANCELED,
+)
 
 # The Redis the tests share (make test sets it); tests of what lives in Redis skip without it.
 REDIS_URL = os.environ.get("CELERY_BROKER_URL", "")
@@ -68,45 +73,3 @@ def seed_episode(*, turns: int, observation: str, model_text: str) -> Episode:
     Episode.objects.filter(id=episode.id).update(status=Episode.Status.FINISHED, steps=turns)
     episode.refresh_from_db()
     return episode
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment for a child process that uses this test's database."""
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    env = {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "test-only", **extra}
-    return env
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return run_python("manage.py", *args, env=env)
-
-
-def run_python(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """This interpreter in a child process, in the project's folder, its output captured."""
-    return start_python(*args, env=env).communicate_all()
-
-
-class _Child(subprocess.Popen):
-    def communicate_all(self, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        """Its output once it has exited (killed after `timeout` seconds)."""
-        try:
-            out, err = self.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            self.communicate()
-            raise
-        return subprocess.CompletedProcess(self.args, self.returncode, out, err)
-
-
-def start_python(*args: str, env: dict[str, str]) -> _Child:
-    """`run_python`, started and left running: read it with `communicate_all`."""
-    return _Child(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )

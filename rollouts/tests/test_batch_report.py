@@ -6,7 +6,8 @@ from django.core.management import call_command
 
 from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.game.scoring import crafter_score, score_percent, score_text, success_rates
-from rollouts.tests.helpers import manage, record_batch, subprocess_env
+from rollouts.tests.helpers import record_batch
+from studio.testing import manage, subprocess_env
 
 # Hafner 2021 (arXiv 2109.06780), per-achievement success rates in percent averaged over the
 # 5 seeds of crafter's score files, and the score of those mean rates: copied from

@@ -10,19 +10,10 @@ from django.urls import reverse
 from curation.tests.conftest import run
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.tasks import episode_run, episodes_requeue_stale
-from studio.testing import queue_drained
+from rollouts.tests.helpers import BATCH_ENDS
+from studio.testing import queue_drained, wait_for_row
 
 UNREACHABLE = "the task queue is unreachable; the batch will start when it is back"
-
-
-def _wait_batch(batch_id: int, timeout: float = 120) -> RolloutBatch:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        batch = RolloutBatch.objects.get(id=batch_id)
-        if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
-            return batch
-        time.sleep(0.2)
-    raise AssertionError(f"batch {batch_id} still {batch.status}")
 
 
 def _comes_back_and_completes(broker_switch, batch_id: int, *, episodes: int, steps: int):
@@ -35,7 +26,7 @@ def _comes_back_and_completes(broker_switch, batch_id: int, *, episodes: int, st
     assert batch.episodes.filter(status="pending").count() == episodes
     broker_switch.up()
     episodes_requeue_stale.delay()  # what beat sends every minute
-    batch = _wait_batch(batch_id)
+    batch = wait_for_row(RolloutBatch, batch_id, statuses=BATCH_ENDS, timeout=120)
     assert batch.status == "finished"
     assert (batch.episodes_finished, batch.episodes_failed) == (episodes, 0)
     # The original messages arriving late (or twice) play nothing again.

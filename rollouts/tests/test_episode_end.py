@@ -11,6 +11,7 @@ from rollouts.models import Episode, RolloutBatch
 from rollouts.recording import services
 from rollouts.recording.recorder import EpisodeTotals
 from rollouts.rollout_settings import RolloutSettings
+from studio.testing import wait_until
 
 
 def _running_batch(episodes: int) -> tuple[RolloutBatch, list[tuple[Episode, str]]]:
@@ -125,7 +126,6 @@ def test_a_failed_batch_keeps_its_status_and_its_last_episode_dates_its_end():
 def test_a_claim_that_waited_behind_the_batch_ending_leaves_it_finished():
     """A claim that started while the batch was pending, and waited for its row while the
     last episode ended it, must not set it back to running."""
-    import time
 
     import psycopg
 
@@ -146,14 +146,15 @@ def test_a_claim_that_waited_behind_the_batch_ending_leaves_it_finished():
         )
         claim.start()
         with psycopg.connect(url, autocommit=True) as watcher:
-            deadline = time.monotonic() + 60
-            while not watcher.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' "
-                "AND query LIKE 'UPDATE \"rollouts_rolloutbatch\"%%'"
-            ).fetchone():
-                assert time.monotonic() < deadline, "the claim never waited for the row"
-                time.sleep(0.05)
+            wait_until(
+                lambda: watcher.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' "
+                    "AND query LIKE 'UPDATE \"rollouts_rolloutbatch\"%%'"
+                ).fetchone(),
+                timeout=60,
+                what="the claim to wait for the row",
+            )
         ending.commit()
         claim.join()
     batch.refresh_from_db()

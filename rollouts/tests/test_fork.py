@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ from rollouts.play import forks as services_fork
 from rollouts.play import services as services_play
 from rollouts.review import services as services_review
 from rollouts.rollout_settings import DEFAULT_SCRIPT, RolloutSettings
-from rollouts.tests.helpers import manage, record_batch, subprocess_env
+from rollouts.tests.helpers import record_batch
+from studio.testing import manage, subprocess_env, wait_for_row
 
 SUMMARY_KEYS = {"episode_id", "batch_id", "forked_from", "turn", "status", "steps"}
 
@@ -187,12 +187,7 @@ def test_a_fork_runs_on_the_worker(celery_worker):
     fork = services_fork.episode_fork(
         source=original, turn=5, settings=_fork_settings(original, "random")
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        fork.refresh_from_db()
-        if fork.status in (Episode.Status.FINISHED, Episode.Status.FAILED):
-            break
-        time.sleep(0.2)
+    wait_for_row(fork, statuses=(Episode.Status.FINISHED, Episode.Status.FAILED))
     assert fork.status == Episode.Status.FINISHED, fork.error
     assert _hashes(fork)[:6] == _hashes(original)[:6]
     assert fork.steps == 20

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -19,9 +18,10 @@ from django.urls import reverse
 from rollouts.models import RolloutBatch
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
-from rollouts.tests.helpers import record_batch
+from rollouts.tests.helpers import BATCH_ENDS, record_batch
 from rollouts.tests.openai_server import ChatServer
 from studio.models import Endpoint
+from studio.testing import wait_for_row
 
 ENDPOINT_KEY = "sk-test-endpoint-key-0123456789"  # set by the chat_endpoint fixture
 
@@ -38,16 +38,6 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _wait_for_end(batch: RolloutBatch, seconds: float = 120) -> RolloutBatch:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        batch.refresh_from_db()
-        if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
-            return batch
-        time.sleep(0.1)
-    raise AssertionError(f"batch {batch.id} still {batch.status}")
 
 
 FORM = {"policy": "openai", "model": "test-vlm", "seeds": "0", "steps": 2, "image_size": 64}
@@ -112,7 +102,7 @@ def test_it_sends_the_key_only_to_the_chosen_endpoint_from_the_browser(
         {**FORM, "seeds": "0-1", "endpoint": chat_endpoint.name, "base_url": listener.url},
     )
     assert response.status_code == 302
-    batch = _wait_for_end(RolloutBatch.objects.get())
+    batch = wait_for_row(RolloutBatch.objects.get(), statuses=BATCH_ENDS, timeout=120)
     assert batch.status == RolloutBatch.Status.FINISHED, batch.error
     assert (batch.endpoint_name, batch.endpoint) == ("local-test", chat_server.url)
     # The endpoint's limits are the batch's defaults.

@@ -7,7 +7,6 @@ import base64
 import io
 import json
 import socket
-import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -21,7 +20,8 @@ from rollouts.recording import services
 from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests import openai_server as replies
-from rollouts.tests.helpers import record_batch
+from rollouts.tests.helpers import BATCH_ENDS, record_batch
+from studio.testing import wait_for_row
 
 DATA_URL_PREFIX = "data:image/png;base64,"
 
@@ -421,13 +421,7 @@ def test_it_runs_a_batch_on_a_celery_worker_within_the_shared_limit(celery_worke
         steps=4,
         concurrency=2,
     )
-    batch = services.batch_create(settings=settings)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        batch.refresh_from_db()
-        if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
-            break
-        time.sleep(0.1)
+    batch = wait_for_row(services.batch_create(settings=settings), statuses=BATCH_ENDS, timeout=120)
     assert batch.status == RolloutBatch.Status.FINISHED, batch.error
     assert batch.episodes_finished == 6
     assert len(chat_server.requests) == 24

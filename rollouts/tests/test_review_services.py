@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from datetime import timedelta
 
@@ -15,6 +14,7 @@ from rollouts.review import services as services_review
 from rollouts.review.selectors import request_image_steps
 from rollouts.review.turn_selection import EVERY_TURN, turns_selected
 from rollouts.rollout_settings import RolloutSettings
+from studio.testing import JOB_ENDS, wait_for_row
 
 pytestmark = pytest.mark.django_db
 
@@ -155,12 +155,7 @@ def test_it_sends_again_a_bulk_flag_whose_message_never_left(celery_worker, edit
     job = TurnBulkFlag.objects.create(filters={}, flagged=True, total=6, created_by=editor)
     TurnBulkFlag.objects.filter(id=job.id).update(created_at=timezone.now() - timedelta(minutes=5))
     assert services_review.turn_bulk_flags_requeue() == 1
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.status == "done":
-            break
-        time.sleep(0.05)
+    wait_for_row(job, statuses=JOB_ENDS)
     assert (job.status, job.changed) == ("done", 6) and job.enqueued_at is not None
     assert episode.turns.filter(flagged=True).count() == 6
     assert services_review.turn_bulk_flags_requeue() == 0  # nothing waits any more

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from django.core.management import call_command
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
-from rollouts.tests.helpers import ROOT, manage, record_batch, start_python, subprocess_env
+from rollouts.tests.helpers import record_batch
+from studio.testing import (
+    backdate,
+    celery_worker_running,
+    manage,
+    start_python,
+    subprocess_env,
+    wait_until,
+)
 
 SUMMARY_KEYS = {
     "batch_id",
@@ -109,42 +113,22 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
     """SIGKILL a worker while it records; re-running the batch leaves one copy of every turn."""
     broker = os.environ["CELERY_BROKER_URL"]
     env = subprocess_env(STUDIO_RECORD_CHUNK="1", CELERY_BROKER_URL=broker)
-    _purge_queue(env)
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "studio",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
     rollout = ["--policy", "scripted", "--actions", "noop", "--seeds", str(KILLED_SEED)]
-    command = start_python("manage.py", "rollout", *rollout, "--steps", str(KILLED_STEPS), env=env)
-    try:
-        # Watched from the moment the batch exists, not from when its command has exited.
-        deadline = time.monotonic() + 120
-        while Turn.objects.filter(episode__seed=KILLED_SEED).count() < 8:
-            assert time.monotonic() < deadline, "the worker never started recording"
-            time.sleep(0.005)
-    finally:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
-        started = command.communicate_all()
+    with celery_worker_running(process=True, env=env) as worker:
+        command = start_python(
+            "manage.py", "rollout", *rollout, "--steps", str(KILLED_STEPS), env=env
+        )
+        try:
+            # Watched from the moment the batch exists, not from when its command has exited.
+            wait_until(
+                lambda: Turn.objects.filter(episode__seed=KILLED_SEED).count() >= 8,
+                timeout=120,
+                every=0.005,
+                what="the worker to start recording",
+            )
+        finally:
+            worker.kill_all()
+            started = command.communicate_all()
     assert started.returncode == 0, started.stderr
     batch_id = json.loads(started.stdout.strip().splitlines()[-1])["batch_id"]
     episode = Episode.objects.get(batch_id=batch_id)
@@ -153,8 +137,7 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
     assert 0 < partial < KILLED_GAME_STEPS
 
     # The dead worker's claim goes stale; the re-run takes the episode over and starts afresh.
-    settings.STUDIO_EPISODE_STALE_SECONDS = 1
-    time.sleep(1.5)
+    backdate(episode, field="heartbeat_at", seconds=settings.STUDIO_EPISODE_STALE_SECONDS + 1)
     call_command("rollout", "--resume", str(batch_id), "--inline")
     episode.refresh_from_db()
     assert episode.status == Episode.Status.FINISHED
@@ -176,17 +159,6 @@ def test_it_recovers_from_a_worker_killed_mid_episode(transactional_db, settings
     assert clean.steps == episode.steps
     assert list(clean.frames.values_list("sha256", flat=True)) == list(
         episode.frames.values_list("sha256", flat=True)
-    )
-
-
-def _purge_queue(env: dict[str, str]) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "studio", "purge", "-f"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        check=True,
     )
 
 

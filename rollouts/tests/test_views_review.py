@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 from django.db import connection
@@ -14,6 +13,8 @@ from django.urls import reverse
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
+from rollouts.tests.helpers import BATCH_ENDS
+from studio.testing import JOB_ENDS, wait_for_row
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -233,13 +234,7 @@ def test_it_runs_a_batch_started_in_the_browser_on_the_worker(client, celery_wor
         },
     )
     assert response.status_code == 302
-    batch = RolloutBatch.objects.get()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        batch.refresh_from_db()
-        if batch.status == RolloutBatch.Status.FINISHED:
-            break
-        time.sleep(0.2)
+    batch = wait_for_row(RolloutBatch.objects.get(), statuses=BATCH_ENDS, timeout=120)
     assert batch.status == RolloutBatch.Status.FINISHED
     assert batch.episodes_finished == 2
     assert Turn.objects.filter(episode__batch=batch).count() == 12
@@ -546,7 +541,7 @@ def test_it_bulk_flags_every_matching_turn_on_the_worker_after_a_confirmation(
     assert done.status_code == 302
     job = TurnBulkFlag.objects.get()
     assert done["Location"] == reverse("rollouts:turn_bulk_flag_detail", args=[job.id])
-    job = _wait_for(job)
+    job = wait_for_row(job, statuses=JOB_ENDS)
     assert (job.status, job.changed, job.total) == ("done", 80, 80)
     assert Turn.objects.filter(flagged=True).count() == 80
     assert not other.turns.filter(flagged=True).exists()
@@ -559,7 +554,7 @@ def test_it_bulk_flags_every_matching_turn_on_the_worker_after_a_confirmation(
     assert "hx-trigger" not in page  # done: no more polling
     undo = editor_client.post(url, {"flagged": "only", "set_flagged": "0"})
     assert undo.status_code == 302
-    assert _wait_for(TurnBulkFlag.objects.latest("id")).changed == 80
+    assert wait_for_row(TurnBulkFlag.objects.latest("id"), statuses=JOB_ENDS).changed == 80
     assert not Turn.objects.filter(flagged=True).exists()
     assert editor_client.post(url, {"set_flagged": "maybe"}).status_code == 400
     assert editor_client.post(url, {"achievement": "nope", "set_flagged": "1"}).status_code == 400
@@ -587,16 +582,6 @@ def test_it_shows_a_running_bulk_flags_progress_and_polls(editor_client, editor,
         editor_client.get(reverse("rollouts:turn_bulk_flag_detail", args=[10**9])).status_code
         == 404
     )
-
-
-def _wait_for(job: TurnBulkFlag) -> TurnBulkFlag:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.status in ("done", "failed"):
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"bulk flag {job.id} still {job.status}")
 
 
 # --- frames ------------------------------------------------------------------------------

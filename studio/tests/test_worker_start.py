@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rollouts.tests.helpers import run_python, subprocess_env
+from studio.testing import run_python, subprocess_env
 
 # Starts as a worker process does (Django, the tasks of every app), then says it is ready.
 _READY = """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-import time
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -13,6 +12,8 @@ from django.test import Client
 from curation.tests.conftest import record
 from evaluation import services as evaluation_services
 from rollouts.models import Episode, RolloutBatch
+from rollouts.tests.helpers import BATCH_ENDS
+from studio.testing import wait_for_row
 from training import services
 from training.models import TrainingJob
 from training.tests.conftest import version_of
@@ -37,16 +38,6 @@ def _job(*, seeds: tuple[int, ...], status: str = "succeeded") -> TrainingJob:
     job.refresh_from_db()
     assert job.model == BASE
     return job
-
-
-def _wait_for_end(batch: RolloutBatch, seconds: float = 120) -> RolloutBatch:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        batch.refresh_from_db()
-        if batch.status in (RolloutBatch.Status.FINISHED, RolloutBatch.Status.FAILED):
-            return batch
-        time.sleep(0.1)
-    raise AssertionError(f"batch {batch.id} still {batch.status}")
 
 
 def _finished_base_batch(*, seeds, steps: int, model: str = BASE) -> RolloutBatch:
@@ -85,7 +76,9 @@ def test_evaluate_plays_held_out_seeds_then_the_base_model_then_links_the_compar
     form = {"count": 3, "steps": 3, "endpoint": chat_endpoint.name}
     response = client.post(f"/training/{job.id}/evaluate/", form)
     assert response.status_code == 302
-    tuned = _wait_for_end(RolloutBatch.objects.get(model=FINE_TUNED))
+    tuned = wait_for_row(
+        RolloutBatch.objects.get(model=FINE_TUNED), statuses=BATCH_ENDS, timeout=120
+    )
     assert tuned.status == "finished", tuned.error
     # The three smallest seeds the version never played: 1, 3, 4 (0 and 2 were trained on).
     assert tuned.seeds == [1, 3, 4]
@@ -108,7 +101,7 @@ def test_evaluate_plays_held_out_seeds_then_the_base_model_then_links_the_compar
 
     response = client.post(f"/training/{job.id}/evaluate/{tuned.id}/base/")
     assert response.status_code == 302
-    base = _wait_for_end(RolloutBatch.objects.get(model=BASE))
+    base = wait_for_row(RolloutBatch.objects.get(model=BASE), statuses=BATCH_ENDS, timeout=120)
     assert base.status == "finished", base.error
     assert (base.seeds, base.step_limit, base.evaluates_id) == ([1, 3, 4], 3, job.id)
     assert base.endpoint_name == "local-test"

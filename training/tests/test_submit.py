@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from django.core.files.storage import default_storage
 from django.db import connection
 
 from curation.tests.conftest import run
+from studio.testing import wait_for_row
 from training import services
 from training.models import TrainingEvent, TrainingJob
 from training.tests.conftest import OPENAI_KEY, REFERENCE, SYNTH_KEY, version_of
@@ -63,14 +63,13 @@ def submit(*args: str):
 
 def wait_for(job: TrainingJob, *statuses: str, timeout: float = 60) -> TrainingJob:
     """Run the beat task's service until the job reaches one of `statuses`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        job.refresh_from_db()
-        if job.status in statuses:
-            return job
-        assert time.monotonic() < deadline, f"job stuck at {job.status}: {job.error}"
-        services.training_jobs_poll_active()
-        time.sleep(0.1)
+    return wait_for_row(
+        job,
+        statuses=statuses,
+        timeout=timeout,
+        every=0.1,
+        while_waiting=services.training_jobs_poll_active,
+    )
 
 
 def test_it_trains_on_synth_to_a_model_with_events_and_losses(

@@ -4,14 +4,10 @@ again, and still exactly one upload and one remote job on the provider."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from rollouts.tests.helpers import ROOT, subprocess_env
+from studio.testing import backdate, celery_worker_running, subprocess_env
 from training import services
 from training.models import TrainingJob
 from training.tests.conftest import REFERENCE, SYNTH_KEY
@@ -20,58 +16,17 @@ from training.tests.test_submit import _submission, submit, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _worker(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "studio",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
-def _kill(worker: subprocess.Popen) -> None:
-    if worker.poll() is None:
-        os.killpg(worker.pid, signal.SIGKILL)
-    worker.wait()
-
-
 def test_it_creates_one_remote_job_when_the_worker_dies_after_creating_it(
     settings, synth_server, train_version
 ):
     env = subprocess_env(
         CELERY_BROKER_URL=os.environ["CELERY_BROKER_URL"],
         STUDIO_MEDIA_ROOT=str(settings.MEDIA_ROOT),
-        STUDIO_TRAINING_STALE_SECONDS="1",
         SYNTH_API_KEY=SYNTH_KEY,
-    )
-    subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "studio", "purge", "-f"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        check=True,
     )
     synth_server.honour_idempotency = False  # the row alone must prevent a second job
     synth_server.hold_start.clear()  # the start request hangs: the worker is mid-task
-    first = _worker(env)
-    try:
+    with celery_worker_running(process=True, env=env) as first:
         outcome = submit(
             "--dataset-version", str(train_version.id), "--base-url", synth_server.base_url
         )
@@ -82,21 +37,16 @@ def test_it_creates_one_remote_job_when_the_worker_dies_after_creating_it(
         # The remote job exists and its id was stored before the worker went on.
         assert job.remote_job_id == "sft-2" and job.remote_training_file_id == "file-1"
         assert job.status == "uploading" and job.submitted_at is None
-    finally:
-        _kill(first)
+        first.kill_all()
     synth_server.hold_start.set()
 
     # The message comes back (the beat task re-sends a submission whose worker stopped
     # beating, as Redis redelivers an unacknowledged message); a new worker takes over the
     # dead worker's claim once it is stale.
-    settings.STUDIO_TRAINING_STALE_SECONDS = 1
-    time.sleep(1.5)
-    second = _worker(env)
-    try:
+    backdate(job, field="heartbeat_at", seconds=settings.STUDIO_TRAINING_STALE_SECONDS + 1)
+    with celery_worker_running(process=True, env=env):
         assert services.training_jobs_requeue_stale() == [job.id]
         job = wait_for(job, "submitted", "running", "succeeded", timeout=120)
-    finally:
-        _kill(second)
     job = wait_for(job, "succeeded")
     assert len(synth_server.calls("POST", "/learning/files")) == 1
     assert len(synth_server.calls("POST", "/learning/jobs")) == 1
