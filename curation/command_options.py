@@ -7,84 +7,54 @@ from typing import Any
 from curation.export_options import FORMATS, KINDS, ExportOptions, check_combination
 from curation.models import Dataset
 from rollouts.review.turn_selection import (
-    FLAGGED_CHOICES,
-    RELABELED_CHOICES,
     FilterError,
     TurnSelection,
     check_references,
+    filter_kind,
+    filter_of,
+    turn_filters,
 )
 from studio.commands import usage_error
 
-FILTER_FLAGS = (
-    "batch",
-    "model",
-    "require_achievement",
-    "exclude_achievement",
-    "min_unique",
-    "min_reward",
-    "user_image",
-    "include_assistant",
-    "flagged",
-    "include_text_fallback",
-    "relabeled",
-    "include_fork_prefix",
-    "top_per_seed",
-    "at_or_above_mean",
-)
+
+def command_filters() -> list[str]:
+    """The filters the export commands take as flags (declared with `flag`), as field names."""
+    return [f.name for f, spec in turn_filters() if spec.flag]
+
+
+def add_filter_flag(parser, name: str) -> None:
+    """One filter's flag, from its declaration. Not given, it is None: the filter's default
+    applies, and `--dataset` can tell it was not given."""
+    spec = filter_of(name)
+    kind, many = filter_kind(name)
+    kwargs: dict[str, Any] = {}
+    if kind is bool:
+        kwargs.update(action="store_true", default=None)
+    elif many:
+        # Items are checked by TurnSelection (one line naming the valid ones), not argparse.
+        kwargs.update(nargs="+", action="extend")
+        if kind is not str:
+            kwargs["type"] = kind
+    elif spec.choices:
+        kwargs["choices"] = spec.choices
+    elif kind is not str:
+        kwargs["type"] = kind
+    if spec.metavar:
+        kwargs["metavar"] = spec.metavar
+    if spec.flag_help:
+        kwargs["help"] = spec.flag_help
+    parser.add_argument(f"--{spec.flag}", **kwargs)
 
 
 def add_filter_arguments(parser, *, with_format: bool = True) -> None:
     parser.add_argument("--dataset", type=int, metavar="ID", help="use a saved dataset")
-    parser.add_argument("--batch", type=int, nargs="+", action="extend", metavar="ID")
-    parser.add_argument("--model", nargs="+", action="extend", metavar="M")
-    parser.add_argument("--require-achievement", nargs="+", action="extend", metavar="A")
-    parser.add_argument("--exclude-achievement", nargs="+", action="extend", metavar="A")
-    parser.add_argument("--min-unique", type=int, metavar="N")
-    parser.add_argument("--min-reward", type=float, metavar="X")
-    parser.add_argument(
-        "--user-image", action="store_true", default=None, help="rows with a user image"
-    )
-    parser.add_argument(
-        "--include-assistant",
-        action="store_true",
-        default=None,
-        help="rows whose assistant messages hold an image as well (synth-ai's flag)",
-    )
-    parser.add_argument("--flagged", choices=FLAGGED_CHOICES)
-    parser.add_argument(
-        "--include-text-fallback",
-        action="store_true",
-        default=None,
-        help="also turns whose actions were read from the model's prose (left out by "
-        "default: the model made no tool call); marked metadata.text_fallback",
-    )
+    # The filters: declared once, with their flags and help, in TurnSelection.
+    for name in command_filters():
+        add_filter_flag(parser, name)
     parser.add_argument(
         "--allow-empty",
         action="store_true",
         help="write the file even when no row matches (otherwise exit 1, nothing written)",
-    )
-    parser.add_argument(
-        "--relabeled",
-        choices=RELABELED_CHOICES,
-        help="turns a reviewer corrected: any (default), only them, or none of them",
-    )
-    parser.add_argument(
-        "--include-fork-prefix",
-        action="store_true",
-        default=None,
-        help="also export the turns a fork replays from its original",
-    )
-    parser.add_argument(
-        "--top-per-seed",
-        type=int,
-        metavar="N",
-        help="best-of-N: the N best episodes of each seed (unique achievements, then reward)",
-    )
-    parser.add_argument(
-        "--at-or-above-mean",
-        action="store_true",
-        default=None,
-        help="episodes whose reward is at least the mean of their seed's samples",
     )
     parser.add_argument(
         "--kind",
@@ -106,9 +76,9 @@ def filters_from_options(options: dict[str, Any]) -> tuple[TurnSelection, Export
     """The filter and export options a command line asks for; usage errors exit 2."""
     try:
         if options["dataset"] is not None:
-            given = [f for f in FILTER_FLAGS if options[f] is not None]
+            given = [n for n in command_filters() if options[filter_of(n).dest] is not None]
             if given:
-                flag = "--" + given[0].replace("_", "-")
+                flag = "--" + filter_of(given[0]).flag
                 raise usage_error(
                     f"{flag}: --dataset uses the dataset's saved filters; edit the dataset "
                     "or export without --dataset"
@@ -119,22 +89,7 @@ def filters_from_options(options: dict[str, Any]) -> tuple[TurnSelection, Export
             filters = TurnSelection.from_json(dataset.filters)
             saved = ExportOptions.from_json(dataset.export_options)
         else:
-            filters = TurnSelection(
-                batches=tuple(options["batch"] or ()),
-                models=tuple(options["model"] or ()),
-                require_achievements=tuple(options["require_achievement"] or ()),
-                exclude_achievements=tuple(options["exclude_achievement"] or ()),
-                min_unique=options["min_unique"],
-                min_reward=options["min_reward"],
-                user_image=bool(options["user_image"]),
-                include_assistant=bool(options["include_assistant"]),
-                flagged=options["flagged"] or "any",
-                include_text_fallback=bool(options["include_text_fallback"]),
-                relabeled=options["relabeled"] or "any",
-                include_fork_prefix=bool(options["include_fork_prefix"]),
-                top_per_seed=options["top_per_seed"],
-                at_or_above_mean=bool(options["at_or_above_mean"]),
-            )
+            filters = TurnSelection(**_filters_given(options))
             saved = ExportOptions()
         # Flags given on the command line override the dataset's saved export options.
         export_options = ExportOptions(
@@ -149,6 +104,16 @@ def filters_from_options(options: dict[str, Any]) -> tuple[TurnSelection, Export
     except FilterError as exc:
         raise usage_error(str(exc)) from exc
     return filters, export_options
+
+
+def _filters_given(options: dict[str, Any]) -> dict[str, Any]:
+    """The filters whose flags were given, as TurnSelection takes them."""
+    values: dict[str, Any] = {}
+    for name in command_filters():
+        value = options[filter_of(name).dest]
+        if value is not None:
+            values[name] = tuple(value) if filter_kind(name)[1] else value
+    return values
 
 
 def _given(value: Any, default: Any) -> Any:

@@ -9,17 +9,16 @@ from django import forms
 from curation.export_options import FORMATS, MAX_HISTORY_FRAMES, ExportOptions, check_combination
 from curation.models import Dataset
 from curation.selectors import dataset_save_problems
-from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.models import RolloutBatch
 from rollouts.review.turn_selection import (
-    FLAGGED_CHOICES,
-    FLAGGED_LABELS,
     FilterError,
     TurnSelection,
     check_references,
+    filter_kind,
+    filter_of,
+    turn_filters,
 )
 
-_ACHIEVEMENT_CHOICES = [(a, a) for a in ACHIEVEMENTS]
 _LABEL_FIELDS = ("name", "description")
 FORMAT_LABELS = {"studio": "Studio", "openai": "OpenAI", "synth": "Synth"}
 
@@ -30,86 +29,61 @@ class SearchableCheckboxes(forms.CheckboxSelectMultiple):
     template_name = "partials/searchable_checkboxes.html"
 
 
-def _checkboxes(**kwargs: Any) -> forms.MultipleChoiceField:
-    return forms.MultipleChoiceField(required=False, widget=SearchableCheckboxes, **kwargs)
+def dataset_filters() -> list[str]:
+    """The filters a dataset's form offers (declared with `dataset`), as field names."""
+    return [f.name for f, spec in turn_filters() if spec.dataset]
+
+
+def _default(name: str) -> Any:
+    return TurnSelection.__dataclass_fields__[name].default
+
+
+def dataset_filter_field(name: str) -> forms.Field:
+    """The dataset form's field of one filter, named as the filter, from its declaration.
+    Batches and models are chosen among those recorded (`DatasetForm.__init__`)."""
+    spec = filter_of(name)
+    kind, many = filter_kind(name)
+    kwargs: dict[str, Any] = {"required": spec.required}
+    if spec.label:
+        kwargs["label"] = spec.label
+    if spec.help:
+        kwargs["help_text"] = spec.help
+    choices = [(c, spec.choice_label(c)) for c in spec.choices]
+    if many:
+        if kind is int:
+            return forms.TypedMultipleChoiceField(
+                coerce=int, choices=choices, widget=SearchableCheckboxes, **kwargs
+            )
+        return forms.MultipleChoiceField(choices=choices, widget=SearchableCheckboxes, **kwargs)
+    if spec.choices:
+        return forms.ChoiceField(choices=choices, initial=_default(name), **kwargs)
+    if kind is bool:
+        return forms.BooleanField(**kwargs)
+    if kind is int:
+        return forms.IntegerField(min_value=spec.minimum, max_value=spec.maximum, **kwargs)
+    if kind is float:
+        return forms.FloatField(min_value=spec.minimum, max_value=spec.maximum, **kwargs)
+    return forms.CharField(max_length=spec.max_length, **kwargs)
+
+
+def _filter_value(name: str, value: Any) -> Any:
+    """What the form sent for a filter, as TurnSelection takes it; empty: the default."""
+    kind, many = filter_kind(name)
+    if many:
+        return tuple(value or ())
+    if kind is bool:
+        return bool(value)
+    if value in (None, ""):
+        return _default(name)
+    return value
 
 
 class DatasetForm(forms.Form):
+    """A dataset's name, its filter (a field for each filter `TurnSelection` declares with
+    `dataset`, in its order, named as the filter) and its export options."""
+
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    batches = forms.TypedMultipleChoiceField(
-        coerce=int,
-        required=False,
-        widget=SearchableCheckboxes,
-        help_text="Turns of these batches only; none ticked means every batch.",
-    )
-    models = _checkboxes(help_text="Turns played by these models; none ticked means any.")
-    policies = _checkboxes(
-        choices=[(p.value, p.value) for p in RolloutBatch.Policy],
-        help_text="openai (a model), the scripted and random baselines, or imported rows.",
-    )
-    require_achievements = _checkboxes(
-        choices=_ACHIEVEMENT_CHOICES,
-        label="Required achievements",
-        help_text="Episodes that unlocked all of these (at any turn).",
-    )
-    exclude_achievements = _checkboxes(
-        choices=_ACHIEVEMENT_CHOICES,
-        label="Excluded achievements",
-        help_text="Leave out episodes that unlocked any of these.",
-    )
-    min_unique = forms.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=len(ACHIEVEMENTS),
-        label="Min unique achievements",
-        help_text=f"Episodes that unlocked at least this many of the {len(ACHIEVEMENTS)}.",
-    )
-    min_reward = forms.FloatField(
-        required=False,
-        label="Min episode reward",
-        help_text="Episodes whose total reward is at least this.",
-    )
-    user_image = forms.BooleanField(
-        required=False,
-        label="User image present",
-        help_text="Rows whose user message shows an image (text-only observation mode has none).",
-    )
-    include_assistant = forms.BooleanField(
-        required=False,
-        label="Assistant image present",
-        help_text="Only rows whose assistant messages hold an image: studio turns never "
-        "have one (only some imported rows do), so this usually selects nothing.",
-    )
-    flagged = forms.ChoiceField(
-        choices=[(c, FLAGGED_LABELS[c]) for c in FLAGGED_CHOICES],
-        initial="any",
-        help_text="Turns flagged in review.",
-    )
-    exclude_errors = forms.BooleanField(
-        required=False,
-        label="Exclude turns with errors",
-        help_text="Leave out turns whose model call failed or whose answer was unusable.",
-    )
-    include_text_fallback = forms.BooleanField(
-        required=False,
-        label="Include text-fallback turns",
-        help_text="Turns where the model answered in prose and its actions were read from "
-        "the text. Left out by default (the model made no tool call); included, they are "
-        "marked metadata.text_fallback. Studio format only.",
-    )
-    top_per_seed = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=1000,
-        label="Top n episodes per seed",
-        help_text="Best-of-N: by unique achievements, then reward (ties: earlier sample).",
-    )
-    at_or_above_mean = forms.BooleanField(
-        required=False,
-        label="At or above the seed's mean",
-        help_text="Episodes whose reward is at least the mean of their seed's samples.",
-    )
     kind = forms.ChoiceField(
         choices=[("sft", "SFT: one row per turn"), ("preference", "Preference pairs (DPO)")],
         initial="sft",
@@ -159,6 +133,8 @@ class DatasetForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.fields.update({name: dataset_filter_field(name) for name in dataset_filters()})
+        self.order_fields([*_LABEL_FIELDS, *dataset_filters()])
         self.fields["batches"].choices = [
             (b.id, f"#{b.id} {b.name or b.policy} ({b.policy})")
             for b in RolloutBatch.objects.order_by("-id")
@@ -185,22 +161,7 @@ class DatasetForm(forms.Form):
             return data
         try:
             self._filters = TurnSelection(
-                batches=tuple(data.get("batches") or ()),
-                models=tuple(data.get("models") or ()),
-                policies=tuple(data.get("policies") or ()),
-                require_achievements=tuple(data.get("require_achievements") or ()),
-                exclude_achievements=tuple(data.get("exclude_achievements") or ()),
-                min_unique=data.get("min_unique"),
-                min_reward=data.get("min_reward"),
-                user_image=bool(data.get("user_image")),
-                include_assistant=bool(data.get("include_assistant")),
-                flagged=data.get("flagged") or "any",
-                exclude_errors=bool(data.get("exclude_errors")),
-                include_text_fallback=bool(data.get("include_text_fallback")),
-                relabeled=data.get("relabeled") or "any",
-                include_fork_prefix=bool(data.get("include_fork_prefix")),
-                top_per_seed=data.get("top_per_seed"),
-                at_or_above_mean=bool(data.get("at_or_above_mean")),
+                **{name: _filter_value(name, data.get(name)) for name in dataset_filters()}
             )
             self._options = ExportOptions(
                 history_frames=data.get("history_frames") or 0,

@@ -8,90 +8,72 @@ from urllib.parse import urlencode
 
 from django import forms
 
-from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.review.services import NOTE_MAX_LENGTH
 from rollouts.review.turn_selection import (
-    BIGINT_MAX,
-    ERROR_CHOICES,
     EVERY_TURN,
-    FLAGGED_CHOICES,
-    FLAGGED_LABELS,
-    REWARD_CHOICES,
     TurnSelection,
+    filter_kind,
+    filter_of,
+    turn_filters,
 )
-from rollouts.rollout_settings import (
-    POLICIES,
-)
-
-_ERROR_LABELS = {"any": "any", "yes": "with error", "no": "without error"}
 
 
-_REWARD_LABELS = {"any": "any", "positive": "> 0", "zero": "= 0", "negative": "< 0"}
+def turn_list_filters() -> list[str]:
+    """The filters the turn list offers (those declared with a `query` name), as field names."""
+    return [f.name for f, spec in turn_filters() if spec.query]
+
+
+def turn_list_field(name: str) -> forms.Field:
+    """The turn list's field of one filter, from its declaration: one value, empty for any."""
+    spec = filter_of(name)
+    kind, many = filter_kind(name)
+    kwargs: dict[str, Any] = {"required": False}
+    if spec.query_label:
+        kwargs["label"] = spec.query_label
+    if spec.query_help:
+        kwargs["help_text"] = spec.query_help
+    if spec.choices:
+        choices = [(c, spec.choice_label(c)) for c in spec.choices]
+        # A list filter's "any" is no item; a value filter has "any" among its choices.
+        return forms.ChoiceField(choices=[("", "any"), *choices] if many else choices, **kwargs)
+    if kind is int:
+        return forms.IntegerField(min_value=spec.minimum, max_value=spec.maximum, **kwargs)
+    if kind is float:
+        return forms.FloatField(min_value=spec.minimum, max_value=spec.maximum, **kwargs)
+    if kind is bool:
+        return forms.BooleanField(**kwargs)
+    return forms.CharField(max_length=spec.max_length, **kwargs)
 
 
 class TurnFilterForm(forms.Form):
-    """The turn list's filters: a TurnSelection narrowed from every turn (`EVERY_TURN`)."""
+    """The turn list's filters: a TurnSelection narrowed from every turn (`EVERY_TURN`), a
+    field for each filter `TurnSelection` declares with a `query` name, named by it."""
 
-    batch = forms.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
-    model = forms.CharField(required=False, max_length=200)
-    flagged = forms.ChoiceField(
-        choices=[(c, FLAGGED_LABELS[c]) for c in FLAGGED_CHOICES], required=False
-    )
-    has_error = forms.ChoiceField(
-        choices=[(c, _ERROR_LABELS[c]) for c in ERROR_CHOICES], required=False, label="Error"
-    )
-    achievement = forms.ChoiceField(
-        choices=[("", "any")] + [(a, a) for a in ACHIEVEMENTS],
-        required=False,
-        label="Unlocked",
-    )
-    policy = forms.ChoiceField(
-        choices=[("", "any"), *((p, p) for p in (*POLICIES, "imported", "human"))], required=False
-    )
-    seed = forms.IntegerField(required=False, min_value=0, max_value=BIGINT_MAX)
-    reward = forms.ChoiceField(
-        choices=[(c, _REWARD_LABELS[c]) for c in REWARD_CHOICES], required=False
-    )
-    q = forms.CharField(
-        required=False,
-        max_length=200,
-        label="Search",
-        help_text="Model text, notes and observation text.",
-    )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in turn_list_filters():
+            self.fields[filter_of(name).query] = turn_list_field(name)
 
     def filters(self) -> TurnSelection:
         """The validated filters; call after is_valid()."""
-        data = self.cleaned_data
-        batch, model, policy = data.get("batch"), data.get("model"), data.get("policy")
-        seed, achievement = data.get("seed"), data.get("achievement")
-        return dataclasses.replace(
-            EVERY_TURN,
-            batches=(batch,) if batch is not None else (),
-            models=(model,) if model else (),
-            policies=(policy,) if policy else (),
-            seeds=(seed,) if seed is not None else (),
-            turn_unlocked=(achievement,) if achievement else (),
-            flagged=data.get("flagged") or "any",
-            has_error=data.get("has_error") or "any",
-            reward=data.get("reward") or "any",
-            search=(data.get("q") or "").strip(),
-        )
+        values: dict[str, Any] = {}
+        for name in turn_list_filters():
+            value = self.cleaned_data.get(filter_of(name).query)
+            if value is None or value == "" or value is False:
+                continue  # left as it is: every turn
+            values[name] = (value,) if filter_kind(name)[1] else value
+        return dataclasses.replace(EVERY_TURN, **values)
 
     @staticmethod
     def query_for(selection: TurnSelection) -> dict[str, Any]:
         """The form's fields for a selection it made (a bulk flag's link back to the list)."""
-        values: dict[str, Any] = {
-            "batch": selection.batches[0] if selection.batches else None,
-            "model": selection.models[0] if selection.models else "",
-            "flagged": selection.flagged,
-            "has_error": selection.has_error,
-            "achievement": selection.turn_unlocked[0] if selection.turn_unlocked else "",
-            "policy": selection.policies[0] if selection.policies else "",
-            "seed": selection.seeds[0] if selection.seeds else None,
-            "reward": selection.reward,
-            "q": selection.search,
-        }
-        return {k: v for k, v in values.items() if v not in (None, "", "any")}
+        values: dict[str, Any] = {}
+        for name in turn_list_filters():
+            value = getattr(selection, name)
+            if value == getattr(EVERY_TURN, name):
+                continue
+            values[filter_of(name).query] = value[0] if filter_kind(name)[1] else value
+        return values
 
 
 class FlagForm(forms.Form):
@@ -106,8 +88,9 @@ class TurnNoteForm(forms.Form):
     note = forms.CharField(required=False, max_length=NOTE_MAX_LENGTH, strip=True)
 
 
-class BulkFlagForm(forms.Form):
-    """A field name of its own: `flagged` is already the filter (any / only / exclude)."""
+class BulkFlagForm(TurnFilterForm):
+    """The turn list's filters and the state to set them to. A field name of its own:
+    `flagged` is already a filter (any / only / exclude)."""
 
     set_flagged = forms.TypedChoiceField(
         choices=[("1", "flag"), ("0", "unflag")], coerce=lambda v: v == "1"

@@ -638,7 +638,11 @@ def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Tu
 def turn_filter_choices() -> dict[str, list[Any]]:
     """Batches and models offered by the turn list filters."""
     batches = list(RolloutBatch.objects.order_by("-id").values_list("id", "name", "policy"))
-    models = sorted(m for m in RolloutBatch.objects.values_list("model", flat=True).distinct() if m)
+    # Without order_by() the model's default ordering (created_at, id) joined the DISTINCT:
+    # one entry per batch, so a model of two batches was offered twice.
+    models = sorted(
+        RolloutBatch.objects.exclude(model="").order_by().values_list("model", flat=True).distinct()
+    )
     return {"batches": batches, "models": models}
 
 

@@ -34,7 +34,12 @@ from rollouts.review.forms import (
     TurnNoteForm,
     turn_list_query,
 )
-from rollouts.review.turn_selection import EVERY_TURN, TurnSelection, turns_selected
+from rollouts.review.turn_selection import (
+    EVERY_TURN,
+    TurnSelection,
+    selection_summary,
+    turns_selected,
+)
 
 TURNS_PER_PAGE = 50
 
@@ -165,6 +170,8 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "filters": filters,
+            # Every filter that narrows the list, named as the declaration names it.
+            "summary": selection_summary(filters),
             "flagged": flagged,
             "count": selectors_review.turns_count(turns=turns),
             "already": selectors_review.turns_count(turns=turns.filter(flagged=flagged)),
