@@ -6,13 +6,9 @@ need DJANGO_ALLOW_ASYNC_UNSAFE (set for these tests only). Never downloads a bro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connections
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from curation.models import Dataset
 from rollouts.models import Episode, RolloutBatch
@@ -21,22 +17,7 @@ from rollouts.rollout_settings import RolloutSettings
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
-
-@pytest.fixture
-def page(monkeypatch) -> Iterator[Page]:
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (make test does)")
-    with sync_playwright() as playwright:
-        browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        yield context.new_page()
-        context.close()
-        connections.close_all()
-        browser.close()
+VIEWPORT = {"width": 1280, "height": 900}  # for `studio_page`
 
 
 def _log_in(page: Page, base_url: str, path: str) -> None:
@@ -53,7 +34,8 @@ def _field(page: Page, name: str):
     return page.locator(f'.field[data-field="{name}"]')
 
 
-def test_it_shows_the_fields_of_the_chosen_policy_and_every_error(page: Page, live_server):
+def test_it_shows_the_fields_of_the_chosen_policy_and_every_error(studio_page: Page, live_server):
+    page = studio_page
     _log_in(page, live_server.url, "/rollouts/new/")
     expect(_field(page, "actions")).to_be_visible()
     for name in ("model", "temperature", "observation_mode", "requests_per_minute"):
@@ -99,7 +81,8 @@ def test_it_shows_the_fields_of_the_chosen_policy_and_every_error(page: Page, li
     )
 
 
-def test_it_cancels_resumes_and_runs_a_batch_again(page: Page, live_server):
+def test_it_cancels_resumes_and_runs_a_batch_again(studio_page: Page, live_server):
+    page = studio_page
     batch = services.batch_create(
         settings=RolloutSettings(policy="scripted", seeds=(0, 1, 2), steps=7, name="to stop"),
         enqueue=False,
@@ -142,7 +125,8 @@ def test_it_cancels_resumes_and_runs_a_batch_again(page: Page, live_server):
     )
 
 
-def test_it_filters_a_dataset_with_searchable_checkbox_lists(page: Page, live_server):
+def test_it_filters_a_dataset_with_searchable_checkbox_lists(studio_page: Page, live_server):
+    page = studio_page
     batch = services.batch_run_inline(
         settings=RolloutSettings(policy="scripted", seeds=(1, 2), steps=4, name="small")
     )

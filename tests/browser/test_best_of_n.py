@@ -12,13 +12,7 @@ from rollouts.models import Episode
 from rollouts.recording import services
 from rollouts.review.turn_selection import TurnSelection
 from rollouts.rollout_settings import RolloutSettings
-from tests.browser.test_episode_viewer import (  # noqa: F401  fixtures
-    ROOT,
-    _log_in_at,
-    _user,
-    allow_orm_beside_event_loop,
-    chromium,
-)
+from tests.browser.test_episode_viewer import ROOT, _log_in_at, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -34,7 +28,7 @@ WIDER_THAN_THE_SCREEN = """
 
 @pytest.mark.parametrize("width", [360, 2560])
 def test_the_live_counts_show_each_groups_kept_samples(
-    chromium: Browser,  # noqa: F811  the fixture imported above
+    chromium: Browser,
     live_server,
     width,
 ):

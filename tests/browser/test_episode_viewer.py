@@ -7,13 +7,11 @@ need DJANGO_ALLOW_ASYNC_UNSAFE (set for these tests only). Never downloads a bro
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connections
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from rollouts.models import Episode, Turn
 from rollouts.recording import services
@@ -21,8 +19,6 @@ from rollouts.rollout_settings import RolloutSettings
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ROOT = Path(__file__).resolve().parents[2]
 # The README's screenshot is rewritten only when asked (UPDATE_SCREENSHOTS=1), so that a test
 # run leaves the checkout as it found it; otherwise the screenshot goes under var/.
@@ -31,32 +27,6 @@ SCREENSHOT = (
     if os.environ.get("UPDATE_SCREENSHOTS") == "1"
     else ROOT / "var" / "screenshots" / "episode-viewer.png"
 )
-
-
-@pytest.fixture
-def allow_orm_beside_event_loop(monkeypatch) -> None:
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-
-@pytest.fixture
-def chromium(allow_orm_beside_event_loop) -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (make test does)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        # While Playwright's loop runs, Django keeps this thread's ORM connection apart
-        # (context-local storage); close it here, or it outlives the test database.
-        connections.close_all()
-        browser.close()
-
-
-@pytest.fixture
-def studio_page(chromium: Browser) -> Iterator[Page]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    yield page
-    context.close()
 
 
 def _user(username: str, *, editor: bool) -> User:

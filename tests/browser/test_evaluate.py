@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (fixtures imported from other test modules are parameters here)
 """Evaluate on a succeeded training job, in headless Chromium, to the comparison page.
 
 A real worker plays the fine-tuned model, then the base model, against the local chat
@@ -13,12 +12,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from rollouts.models import RolloutBatch
-from tests.browser.test_episode_viewer import (  # noqa: F401
-    allow_orm_beside_event_loop,
-    chromium,
-    studio_page,
-)
-from training.tests.test_evaluate import BASE, FINE_TUNED, _job, _wait_for_end
+from rollouts.tests.helpers import BATCH_ENDS
+from studio.testing import wait_for_row
+from training.tests.test_evaluate import BASE, FINE_TUNED, _job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "var" / "screenshots" / "training-evaluate.png"
@@ -41,14 +37,16 @@ def test_it_evaluates_a_job_and_its_base_model_then_opens_the_comparison(
     page.fill("#id_steps", "3")
     page.select_option("#id_endpoint", chat_endpoint.name)
     page.click("#evaluate-submit")
-    tuned = _wait_for_end(RolloutBatch.objects.get(model=FINE_TUNED))
+    tuned = wait_for_row(
+        RolloutBatch.objects.get(model=FINE_TUNED), statuses=BATCH_ENDS, timeout=120
+    )
     assert (tuned.seeds, tuned.status) == ([1, 3], "finished")
 
     page.reload()
     row = page.locator(f"tr[data-batch='{tuned.id}']")
     expect(row).to_contain_text("finished")
     page.click("button[data-action=evaluate-base]")
-    base = _wait_for_end(RolloutBatch.objects.get(model=BASE))
+    base = wait_for_row(RolloutBatch.objects.get(model=BASE), statuses=BATCH_ENDS, timeout=120)
     assert (base.seeds, base.status) == ([1, 3], "finished")
 
     page.reload()

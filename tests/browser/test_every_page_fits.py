@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (fixtures imported from other test modules are parameters here)
 """Every page of the studio, with real data, on a 360 px phone and a 2,560 px screen.
 
 The page itself never scrolls sideways (wide tables scroll inside their own box) and the
@@ -19,10 +18,6 @@ from curation.models import DatasetImport
 from rollouts.models import Episode
 from rollouts.review.turn_selection import TurnSelection
 from rollouts.tests.helpers import record_batch
-from tests.browser.test_episode_viewer import (  # noqa: F401
-    allow_orm_beside_event_loop,
-    chromium,
-)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

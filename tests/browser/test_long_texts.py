@@ -6,14 +6,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from rollouts.models import Turn
-from tests.browser.test_episode_viewer import (  # noqa: F401  fixtures
-    _log_in,
-    _played_episode,
-    _user,
-    allow_orm_beside_event_loop,
-    chromium,
-    studio_page,
-)
+from tests.browser.test_episode_viewer import _log_in, _played_episode, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

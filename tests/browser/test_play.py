@@ -1,6 +1,6 @@
 """Playing Crafter in headless Chromium, and the episode viewer's new keys at 800 px.
 
-Fixtures come from test_episode_viewer (the same Chromium, the same personas).
+The personas and log-in steps come from test_episode_viewer; the browser from conftest.
 """
 
 from __future__ import annotations
@@ -14,13 +14,7 @@ from playwright.sync_api import Page, expect
 
 from rollouts.game.crafter_env import ACTION_INDEX, KEY_MAP, StudioEnv, encode_png
 from rollouts.models import Episode, RolloutBatch, TurnRelabel
-from tests.browser import test_episode_viewer as viewer_tests
 from tests.browser.test_episode_viewer import ROOT, _log_in, _log_in_at, _played_episode, _user
-
-# The viewer tests' fixtures: the same Chromium, the same page set-up.
-allow_orm_beside_event_loop = viewer_tests.allow_orm_beside_event_loop
-chromium = viewer_tests.chromium
-studio_page = viewer_tests.studio_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 # Each key press is a request that writes to PostgreSQL: on a loaded shared machine a few

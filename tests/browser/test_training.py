@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (fixtures imported from other test modules are parameters here)
 """Submitting a training job from /training/new/ in headless Chromium, to `succeeded`.
 
 A real worker (in a thread, real Redis) runs the submission against a local synth server;
@@ -9,7 +8,6 @@ refreshes itself until the job has produced its model.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,22 +15,8 @@ from django.contrib.auth.models import Permission, User
 from playwright.sync_api import Page, expect
 
 from studio.models import Endpoint
-
-# The shared browser and provider fixtures, used here as they are.
-from tests.browser.test_episode_viewer import (  # noqa: F401
-    allow_orm_beside_event_loop,
-    chromium,
-    studio_page,
-)
 from training.models import TrainingJob
-from training.tasks import training_jobs_poll
-from training.tests.conftest import (  # noqa: F401
-    REFERENCE,
-    SYNTH_KEY,
-    fast_training,
-    synth_server,
-    train_version,
-)
+from training.tests.conftest import REFERENCE, SYNTH_KEY
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,21 +26,6 @@ SCREENSHOT = (
     if os.environ.get("UPDATE_SCREENSHOTS") == "1"
     else ROOT / "var" / "screenshots" / "training-job.png"
 )
-
-
-@pytest.fixture
-def beat() -> threading.Event:
-    stop = threading.Event()
-
-    def tick() -> None:
-        while not stop.wait(0.3):
-            training_jobs_poll.delay()
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    yield stop
-    stop.set()
-    thread.join()
 
 
 def test_it_submits_from_the_page_and_follows_the_job_to_its_model(
