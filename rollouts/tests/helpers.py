@@ -10,10 +10,6 @@ from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
-# The child-process launchers live in studio.testing (every app's tests share them); these
-# names stay importable from here for tests written before they moved.
-from studio.testing import ROOT, manage, run_python, start_python, subprocess_env  # noqa: F401
-
 # The statuses a batch stops in: what a test waits for (`studio.testing.wait_for_row`).
 BATCH_ENDS = (
     RolloutBatch.Status.FINISHED,
