@@ -8,3 +8,7 @@ class DatasetsConfig(AppConfig):
 
     name = "curation"
     label = "datasets"
+
+    def ready(self) -> None:
+        # Registers the job kinds with the periodic requeue.
+        from curation import jobs  # noqa: F401

@@ -6,9 +6,7 @@ import dataclasses
 import logging
 import shutil
 import tempfile
-from datetime import timedelta
 from pathlib import Path
-from typing import Literal
 
 from django.core.files import File
 from django.core.files.storage import default_storage
@@ -26,18 +24,16 @@ from curation.exporting import (
     export_files,
 )
 from curation.hf_export import HFResult, write_hf_dataset, zip_directory
+from curation.jobs import EXPORT
 from curation.models import Dataset, DatasetVersion
 from curation.preferences import export_preference_files
 from rollouts.models import RolloutBatch
 from rollouts.review.turn_selection import TurnSelection, turns_selected
-from studio import claims, queue
 from studio.errors import plain_error
+from studio.jobs import JobOutcome
 
 logger = logging.getLogger(__name__)
 
-VersionOutcome = Literal["done", "failed", "busy", "done_already"]
-# A running export that has not reported progress for this long is presumed dead.
-STALE_AFTER = timedelta(minutes=10)
 MAX_ERROR_LINES = 200
 
 
@@ -160,23 +156,8 @@ def dataset_version_create(
             enqueued_at=None if enqueue else timezone.now(),
         )
         if enqueue:
-            transaction.on_commit(lambda: dataset_version_enqueue(version=version))
+            EXPORT.enqueue_on_commit(version.id)
     return version
-
-
-def dataset_version_enqueue(*, version: DatasetVersion) -> bool:
-    """Send the export; False when the broker is down (the periodic requeue sends it later)."""
-    from curation.tasks import dataset_version_export as task
-
-    return queue.send_job(DatasetVersion, task, version.id)
-
-
-def dataset_versions_requeue() -> int:
-    """Send again versions never sent, long unstarted, or whose worker died mid-export."""
-    from curation.tasks import dataset_version_export as task
-
-    ids = claims.jobs_to_resend(rows=DatasetVersion.objects.all(), stale_after=STALE_AFTER)
-    return queue.resend(DatasetVersion, task, ids)
 
 
 def version_file_names(version: DatasetVersion) -> tuple[str, str]:
@@ -184,26 +165,21 @@ def version_file_names(version: DatasetVersion) -> tuple[str, str]:
     return f"{base}.jsonl", f"{base}.val.jsonl"
 
 
-def dataset_version_export(*, version_id: int) -> VersionOutcome:
+def dataset_version_export(*, version_id: int) -> JobOutcome:
     """Claim a pending version and export it. Safe to run twice: the claim decides."""
-    token = claims.job_claim(
-        model=DatasetVersion, pk=version_id, stale_after=STALE_AFTER, progress_rows=0, error=""
-    )
+    token = EXPORT.claim(version_id, progress_rows=0, error="")
     if token is None:
-        status = (
-            DatasetVersion.objects.filter(id=version_id).values_list("status", flat=True).first()
-        )
-        return "busy" if status == DatasetVersion.Status.RUNNING else "done_already"
+        return EXPORT.unclaimed(version_id)
     version = DatasetVersion.objects.get(id=version_id)
-    mine = {"model": DatasetVersion, "pk": version_id, "token": token}
+    mine = (version_id, token)
     try:
         filters = TurnSelection.from_json(version.filters)
         options = ExportOptions.from_json(version.export_options)
         total = export_count(filters)
-        claims.job_heartbeat(**mine, total_rows=total)
+        EXPORT.renew(*mine, total_rows=total)
 
         def progress(done: int) -> None:
-            claims.job_heartbeat(**mine, progress_rows=min(done, total))
+            EXPORT.renew(*mine, progress_rows=min(done, total))
 
         name, val_name = version_file_names(version)
         with _local_targets(name, val_name) as (path, val_path):
@@ -243,8 +219,8 @@ def dataset_version_export(*, version_id: int) -> VersionOutcome:
             "bytes": result.val.bytes,
         }
     scanned = max(total, result.train.rows + (result.val.rows if result.val else 0))
-    claims.job_finish(
-        **mine,
+    EXPORT.finish(
+        *mine,
         file=name,
         sha256=result.train.sha256,
         bytes=result.train.bytes,
@@ -297,8 +273,8 @@ def _version_hf(
     return {"file": name, "sha256": digest, "bytes": size}
 
 
-def _version_fail(mine: dict, error: str) -> None:
-    claims.job_fail(**mine, error=error[:20000])
+def _version_fail(mine: tuple[int, str], error: str) -> None:
+    EXPORT.fail(*mine, error)
 
 
 class _local_targets:

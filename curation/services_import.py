@@ -1,7 +1,7 @@
 """Writes for uploaded imports: save the file, then a worker checks and imports it.
 
 The web request only stores the upload and creates a `DatasetImport` row; the Celery task
-claims the row (`studio.claims.job_claim`: a conditional UPDATE with a token),
+claims the row (`curation.jobs.IMPORT`: a conditional UPDATE with a token),
 reports progress on it and ends it as done (with the dataset) or failed (with every line
 error). The rows of the import and the row's `done` commit in one transaction: a worker that
 lost its claim cannot import the file a second time.
@@ -17,30 +17,23 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, connections, transaction
 
 from curation.importing import ImportFailed, import_file
+from curation.jobs import IMPORT
 from curation.models import DatasetImport
-from studio import claims, queue
 from studio.errors import plain_error
+from studio.jobs import ClaimLost, JobOutcome
 
 logger = logging.getLogger(__name__)
 
-ImportOutcome = Literal["done", "failed", "busy", "done_already", "claim_lost"]
-# A running import that has not reported for this long is presumed dead and may be re-claimed.
-STALE_AFTER = timedelta(minutes=10)
 # Progress is written at most this often.
 REPORT_EVERY_SECONDS = 0.5
-
-
-class ClaimLost(Exception):
-    """Another worker took the import over (this one was presumed dead)."""
 
 
 def _printable(name: str) -> str:
@@ -61,22 +54,14 @@ def dataset_import_create(
             total_bytes=upload.size or 0,
             created_by=created_by,
         )
-        transaction.on_commit(lambda: dataset_import_enqueue(job_id=job.id))
+        IMPORT.enqueue_on_commit(job.id)
     return job
 
 
-def dataset_import_enqueue(*, job_id: int) -> bool:
-    from curation.tasks import dataset_import_run as task
-
-    return queue.send_job(DatasetImport, task, job_id)
-
-
-def dataset_import_run(*, job_id: int) -> ImportOutcome:
+def dataset_import_run(*, job_id: int) -> JobOutcome:
     """Claim a pending import and run it. Safe to run twice: the claim decides."""
-    token = claims.job_claim(
-        model=DatasetImport,
-        pk=job_id,
-        stale_after=STALE_AFTER,
+    token = IMPORT.claim(
+        job_id,
         phase=DatasetImport.Phase.CHECKING,
         checked_bytes=0,
         written_lines=0,
@@ -84,16 +69,15 @@ def dataset_import_run(*, job_id: int) -> ImportOutcome:
         errors=[],
     )
     if token is None:
-        status = DatasetImport.objects.filter(id=job_id).values_list("status", flat=True).first()
-        return "busy" if status == DatasetImport.Status.RUNNING else "done_already"
+        return IMPORT.unclaimed(job_id)
     job = DatasetImport.objects.select_related("created_by").get(id=job_id)
-    mine = {"model": DatasetImport, "pk": job_id, "token": token}
+    mine = (job_id, token)
     reporter = _Reporter(job_id=job_id, token=token)
 
     def finish(summary: dict[str, Any]) -> None:
         # In the import's own transaction: its rows commit only with this row's `done`.
-        done = claims.job_finish(
-            **mine,
+        done = IMPORT.finish(
+            *mine,
             phase=DatasetImport.Phase.ENDED,
             summary=summary,
             dataset_id=summary["dataset_id"],
@@ -102,7 +86,7 @@ def dataset_import_run(*, job_id: int) -> ImportOutcome:
             checked_bytes=job.total_bytes,
         )
         if not done:
-            raise ClaimLost
+            raise ClaimLost(f"import {job_id} was claimed by another worker")
 
     try:
         with _local_copy(job.upload) as path:
@@ -130,11 +114,12 @@ def dataset_import_run(*, job_id: int) -> ImportOutcome:
     return "done"
 
 
-def _fail(mine: dict, *, upload: str, error: str, errors: list[str]) -> None:
-    ended = claims.job_fail(
-        **mine,
-        error=error[:4000],
+def _fail(mine: tuple[int, str], *, upload: str, error: str, errors: list[str]) -> None:
+    ended = IMPORT.fail(
+        *mine,
+        error,
         phase=DatasetImport.Phase.ENDED,
+        # Line errors, each one line of the file: not the job's error.
         errors=[e[:2000] for e in errors],
     )
     if ended:
@@ -154,7 +139,7 @@ class _Reporter:
     """
 
     def __init__(self, *, job_id: int, token: str) -> None:
-        self.mine = {"model": DatasetImport, "pk": job_id, "token": token}
+        self.mine = (job_id, token)
         self.last = 0.0
 
     def _update(self, force: bool = False, **fields: Any) -> None:
@@ -163,8 +148,7 @@ class _Reporter:
             return
         self.last = now
         if not connection.in_atomic_block:
-            if not claims.job_heartbeat(**self.mine, **fields):
-                raise ClaimLost
+            IMPORT.renew(*self.mine, raise_lost=True, **fields)
             return
         if connection.vendor == "sqlite":
             # One writer at a time: a second connection would wait on the write pass itself.
@@ -172,7 +156,7 @@ class _Reporter:
 
         def outside() -> None:
             try:
-                claims.job_heartbeat(**self.mine, **fields)
+                IMPORT.renew(*self.mine, **fields)
             finally:
                 connections.close_all()
 
@@ -208,11 +192,3 @@ def _local_copy(name: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def dataset_imports_requeue() -> int:
-    """Send again imports never sent (broker down), long unstarted, or whose worker died."""
-    from curation.tasks import dataset_import_run as task
-
-    ids = claims.jobs_to_resend(rows=DatasetImport.objects.all(), stale_after=STALE_AFTER)
-    return queue.resend(DatasetImport, task, ids)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from curation import services, services_import
+from curation.jobs import EXPORT, IMPORT
 
 
 @shared_task(
@@ -24,7 +25,7 @@ def dataset_version_export(self, version_id: int) -> str:
     outcome = services.dataset_version_export(version_id=version_id)
     if outcome == "busy":
         # Another worker holds a fresh claim; look again once it would count as stale.
-        raise self.retry(countdown=int(services.STALE_AFTER.total_seconds()))
+        raise self.retry(countdown=int(EXPORT.stale_after().total_seconds()))
     return outcome
 
 
@@ -41,10 +42,11 @@ def dataset_import_run(self, import_id: int) -> str:
     outcome = services_import.dataset_import_run(job_id=import_id)
     if outcome == "busy":
         # Another worker holds a fresh claim; look again once it would count as stale.
-        raise self.retry(countdown=int(services_import.STALE_AFTER.total_seconds()))
+        raise self.retry(countdown=int(IMPORT.stale_after().total_seconds()))
     return outcome
 
 
 @shared_task(name="datasets.tasks.datasets_requeue_waiting", acks_late=True, time_limit=300)
 def datasets_requeue_waiting() -> int:
-    return services.dataset_versions_requeue() + services_import.dataset_imports_requeue()
+    # Beat's old entry, kept for messages queued under its name: `studio.tasks.jobs_requeue`.
+    return len(EXPORT.requeue()) + len(IMPORT.requeue())

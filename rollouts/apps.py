@@ -18,6 +18,9 @@ class RolloutsConfig(AppConfig):
 
         worker_warm_up.connect(_build_a_game, weak=False)
 
+        # Registers the job kinds with the periodic requeue.
+        from rollouts import jobs  # noqa: F401
+
 
 def _build_a_game(**kwargs) -> None:
     """A worker builds the game's textures and compiled kernels before its first episode."""

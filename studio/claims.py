@@ -30,6 +30,10 @@ DONE = "done"
 FAILED = "failed"
 
 
+class ClaimLost(Exception):
+    """Another worker took the job over (this one was presumed dead): stop, write nothing more."""
+
+
 def job_claim(
     *,
     model: type[Model],
@@ -222,11 +226,17 @@ def job_finish(
     token: str,
     status: str = DONE,
     working: str = RUNNING,
+    stamp_finish: bool = True,
     **fields: Any,
 ) -> bool:
-    """End the job as `status` with its results in `fields`; False: the claim was lost."""
+    """End the job as `status` with its results in `fields`; False: the claim was lost.
+
+    `stamp_finish` dates `finished_at` (not when the row lives on past its worker's part: a
+    training job submitted, which then runs at its provider)."""
     now = timezone.now()
-    values = {"status": status, "finished_at": now, "heartbeat_at": now, **fields}
+    values = {"status": status, "heartbeat_at": now, **fields}
+    if stamp_finish:
+        values["finished_at"] = now
     return _update_held(model=model, pk=pk, token=token, working=working, values=values) == 1
 
 
@@ -302,7 +312,20 @@ def jobs_waiting(*, rows: QuerySet, created_field: str = "created_at") -> list[i
     )
 
 
-def jobs_to_resend(*, rows: QuerySet, stale_after: timedelta, working: str = RUNNING) -> list[int]:
+def jobs_to_resend(
+    *,
+    rows: QuerySet,
+    stale_after: timedelta,
+    working: str = RUNNING,
+    waiting_rows: QuerySet | None = None,
+    created_field: str = "created_at",
+) -> list[int]:
     """Ids the periodic requeue sends again: stale ones first (a worker died), then those
-    waiting for a message (`studio.queue.resend` sends them and dates `enqueued_at`)."""
-    return jobs_stale(rows=rows, stale_after=stale_after, working=working) + jobs_waiting(rows=rows)
+    waiting for a message (`studio.queue.resend` sends them and dates `enqueued_at`).
+
+    `waiting_rows` narrows the second look (`rows` by default; an episode's leaves out the
+    batches that failed); `created_field` dates a row that has no `created_at` of its own."""
+    waiting = rows if waiting_rows is None else waiting_rows
+    return jobs_stale(rows=rows, stale_after=stale_after, working=working) + jobs_waiting(
+        rows=waiting, created_field=created_field
+    )

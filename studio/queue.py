@@ -1,9 +1,12 @@
 """Sending work to Celery when the broker may be down: one place that knows how it fails.
 
 The row is the truth and the message only a nudge: a send that fails is logged and left to
-the periodic requeue (beat tasks picking rows with `studio.claims.jobs_to_resend`), which
-sends again what is still waiting once the broker is back. Claims make a second message for
-the same row harmless.
+the periodic requeue (`studio.tasks.jobs_requeue`: every job kind's rows picked with
+`studio.claims.jobs_to_resend`), which sends again what is still waiting once the broker is
+back. Claims make a second message for the same row harmless.
+
+A task is named, not imported (`"datasets.tasks.dataset_version_export"`): a service that
+sends work never imports the task module that calls it back.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from django.utils import timezone
 from kombu.exceptions import BatchPublishError, OperationalError
 
+from studio.celery import app as celery_app
 from studio.errors import plain_error
 
 logger = logging.getLogger(__name__)
@@ -28,20 +32,36 @@ _RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "i
 STAMP_EVERY = 200
 
 
-def send(task: Any, *args: Any, producer: Any = None) -> bool:
+# A task by its name (sent on the studio's Celery app), or a task or signature of any app.
+Task = Any
+
+
+def send(task: Task, *args: Any, producer: Any = None) -> bool:
     """`task.delay(*args)`, or False (logged) when the broker cannot be reached.
 
-    `producer` (from `task.app.producer_or_acquire()`) sends many on one connection."""
+    `producer` (from `_app(task).producer_or_acquire()`) sends many on one connection."""
+    options = {"retry": True, "retry_policy": _RETRY_POLICY, "producer": producer}
     try:
-        task.apply_async(args=args, retry=True, retry_policy=_RETRY_POLICY, producer=producer)
+        if isinstance(task, str):
+            _app(task).send_task(task, args=args, **options)
+        else:
+            task.apply_async(args=args, **options)
     except (OperationalError, OSError) as exc:
         # Info, not warning: the caller tells the user in one line; the row keeps the state.
-        logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, task.name, plain_error(exc))
+        logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, _name(task), plain_error(exc))
         return False
     return True
 
 
-def send_job(model, task, pk: int) -> bool:
+def _app(task: Task) -> Any:
+    return celery_app if isinstance(task, str) else task.app
+
+
+def _name(task: Task) -> str:
+    return task if isinstance(task, str) else task.name
+
+
+def send_job(model, task: Task, pk: int) -> bool:
     """Send the row's task and date its `enqueued_at`; False (the date stays) when the
     broker cannot be reached, for the periodic requeue to send it later."""
     if not send(task, pk):
@@ -50,7 +70,7 @@ def send_job(model, task, pk: int) -> bool:
     return True
 
 
-def resend(model, task, ids: list[int]) -> int:
+def resend(model, task: Task, ids: list[int]) -> int:
     """Send each id, in order; stamp `enqueued_at` on those sent. Returns how many were sent:
     the first ones, up to where the broker failed.
 
@@ -63,7 +83,7 @@ def resend(model, task, ids: list[int]) -> int:
     return len(sent)
 
 
-def _send_run(task: Any, ids: list[int]) -> list[int]:
+def _send_run(task: Task, ids: list[int]) -> list[int]:
     """Send ids on one connection, `STAMP_EVERY` to a round trip (kombu's publish batch, on
     Redis a pipeline; other brokers publish each at once); the ids sent.
 
@@ -75,7 +95,7 @@ def _send_run(task: Any, ids: list[int]) -> list[int]:
     """
     sent: list[int] = []
     try:
-        with task.app.producer_or_acquire() as producer, producer.batch() as batch:
+        with _app(task).producer_or_acquire() as producer, producer.batch() as batch:
             for start in range(0, len(ids), STAMP_EVERY):
                 run = ids[start : start + STAMP_EVERY]
                 for row_id in run:
@@ -85,5 +105,5 @@ def _send_run(task: Any, ids: list[int]) -> list[int]:
                 sent += run
     except (OperationalError, OSError, BatchPublishError) as exc:
         # The connection could not be had, or a round trip failed.
-        logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, task.name, plain_error(exc))
+        logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, _name(task), plain_error(exc))
     return sent

@@ -206,16 +206,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
-    "requeue-stale-episodes": {
-        "task": "rollouts.tasks.episodes_requeue_stale",
-        "schedule": 60.0,
-    },
-    "requeue-waiting-datasets": {
-        "task": "datasets.tasks.datasets_requeue_waiting",
-        "schedule": 60.0,
-    },
-    "requeue-waiting-bulk-flags": {
-        "task": "rollouts.tasks.turn_bulk_flags_requeue",
+    # Every job kind (`studio.jobs`): what a dead worker left, or what never reached the broker.
+    "requeue-jobs": {
+        "task": "studio.tasks.jobs_requeue",
         "schedule": 60.0,
     },
     "poll-training-jobs": {
@@ -231,6 +224,10 @@ STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", defau
 
 # An episode whose worker has not written for this long is presumed dead and may be re-claimed.
 STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
+# The same for a bulk flag (it writes after each chunk), a dataset export and an import.
+STUDIO_BULK_FLAG_STALE_SECONDS = env.int("STUDIO_BULK_FLAG_STALE_SECONDS", default=300)
+STUDIO_EXPORT_STALE_SECONDS = env.int("STUDIO_EXPORT_STALE_SECONDS", default=600)
+STUDIO_IMPORT_STALE_SECONDS = env.int("STUDIO_IMPORT_STALE_SECONDS", default=600)
 # Rows written per database round trip while recording an episode.
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
 # Pages count matching rows exactly up to this many, then show PostgreSQL's estimate

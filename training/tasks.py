@@ -31,8 +31,7 @@ def training_job_submit(self, job_id: int) -> str:
 
 @shared_task(acks_late=True, time_limit=600)
 def training_jobs_poll() -> int:
-    # One beat task follows training: re-sends dead submissions, then polls active jobs.
-    services.training_jobs_requeue_stale()
+    # Beat follows training here (submissions are re-sent by `studio.tasks.jobs_requeue`).
     return services.training_jobs_poll_active()
 
 

@@ -10,11 +10,13 @@ from django.utils import timezone
 
 from curation import services
 from curation.export_options import ExportOptions
+from curation.jobs import EXPORT
 from curation.models import Dataset, DatasetImport, DatasetVersion
-from curation.tasks import dataset_version_export, datasets_requeue_waiting
+from curation.tasks import dataset_version_export
 from curation.tests.conftest import record
 from curation.tests.test_import_hostile import good_row
 from rollouts.review.turn_selection import TurnSelection
+from studio.tasks import jobs_requeue
 from studio.testing import JOB_ENDS, queue_drained, wait_for_row
 
 
@@ -50,14 +52,14 @@ def test_it_saves_an_export_says_so_and_runs_it_when_the_broker_is_back(
     assert b"the task queue was unreachable" in page.content
 
     broker_switch.up()
-    datasets_requeue_waiting.delay()  # what beat sends every minute
+    jobs_requeue.delay()  # what beat sends every minute
     version = wait_for_row(DatasetVersion, version.id, statuses=JOB_ENDS)
     job = wait_for_row(DatasetImport, job.id, statuses=JOB_ENDS)
     assert version.status == "done" and version.rows == 16
     assert job.status == "done" and job.summary["turns"] == 1
     # The original messages arriving late export and import nothing twice.
     dataset_version_export.delay(version.id)
-    datasets_requeue_waiting.delay()
+    jobs_requeue.delay()
     queue_drained()
     assert DatasetVersion.objects.get().sha256 == version.sha256
     assert DatasetImport.objects.get().summary == job.summary
@@ -71,9 +73,9 @@ def test_it_takes_over_a_version_whose_worker_died(broker_switch, settings):
     DatasetVersion.objects.filter(id=version.id).update(
         status="running",
         claim_token="dead",
-        heartbeat_at=timezone.now() - services.STALE_AFTER - timedelta(seconds=5),
+        heartbeat_at=timezone.now() - EXPORT.stale_after() - timedelta(seconds=5),
         enqueued_at=timezone.now(),
     )
-    datasets_requeue_waiting.delay()
+    jobs_requeue.delay()
     version = wait_for_row(DatasetVersion, version.id, statuses=JOB_ENDS)
     assert version.status == "done" and version.rows == 16 and version.claim_token != "dead"

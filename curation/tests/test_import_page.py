@@ -163,7 +163,8 @@ def test_it_runs_an_import_once_whatever_the_deliveries(settings):
 
     from django.utils import timezone
 
-    from curation.services_import import STALE_AFTER, dataset_import_run
+    from curation.jobs import IMPORT
+    from curation.services_import import dataset_import_run
 
     job = _stored_job([good_row("one"), good_row("two")])
     # A fresh claim held by another worker: this delivery steps back.
@@ -173,7 +174,7 @@ def test_it_runs_an_import_once_whatever_the_deliveries(settings):
     assert dataset_import_run(job_id=job.id) == "busy"
     # That worker died (its heartbeat went silent): the next delivery takes over.
     DatasetImport.objects.filter(id=job.id).update(
-        heartbeat_at=timezone.now() - STALE_AFTER - timedelta(seconds=1)
+        heartbeat_at=timezone.now() - IMPORT.stale_after() - timedelta(seconds=1)
     )
     assert dataset_import_run(job_id=job.id) == "done"
     assert dataset_import_run(job_id=job.id) == "done_already"

@@ -23,14 +23,11 @@ from rollouts.policies.base import Decision, Observation, PastTurn, Policy
 from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims
+from studio.claims import ClaimLost
 from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait
 
 logger = logging.getLogger(__name__)
-
-
-class ClaimLost(Exception):
-    """Another worker owns this episode now; this one must stop writing."""
 
 
 class ForkDiverged(Exception):

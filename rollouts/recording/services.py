@@ -13,31 +13,30 @@ import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
-from django.conf import settings as django_settings
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from rollouts.game.crafter_env import library_versions
 from rollouts.game.tools import PROMPT_VERSION, system_prompt
+from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.recording.fork_replay import fork_prefix_of
-from rollouts.recording.recorder import ClaimLost, EpisodeRecorder, EpisodeTotals, ForkDiverged
+from rollouts.recording.recorder import EpisodeRecorder, EpisodeTotals, ForkDiverged
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims, queue
 from studio.errors import plain_error
+from studio.jobs import ClaimLost, JobOutcome, error_cut
 from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait, fetch_and_commit
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
 
-EpisodeOutcome = Literal["finished", "failed", "busy", "done_already", "claim_lost"]
 # A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
 Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
 
@@ -89,7 +88,7 @@ def batch_create(
         if enqueue and all(ids) and batch.policy != RolloutBatch.Policy.HUMAN:
             # New episodes, never sent: no need to look them up and clear their stamps first
             # (two statements and a commit before the first message, on every episode's path).
-            transaction.on_commit(lambda: _episodes_send(ids))
+            transaction.on_commit(lambda: EPISODE.enqueue_many(ids))
         elif enqueue:  # a database that does not return the new ids
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
@@ -142,10 +141,10 @@ def batch_play_inline(
         workers = 1
     bar = progress(batch, len(ids)) if progress is not None else _NoProgress()
 
-    def play(episode_id: int) -> EpisodeOutcome:
+    def play(episode_id: int) -> JobOutcome:
         return episode_run(episode_id=episode_id, cli_api_key=cli_api_key)
 
-    def play_in_thread(episode_id: int) -> EpisodeOutcome:
+    def play_in_thread(episode_id: int) -> JobOutcome:
         try:
             return play(episode_id)
         finally:
@@ -185,13 +184,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     if ids:
         # Re-sent episodes count as never sent until their new message has left.
         Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
-    return _episodes_send(ids)
-
-
-def _episodes_send(ids: list[int]) -> int:
-    from rollouts.tasks import episode_run
-
-    return queue.resend(Episode, episode_run, ids)
+    return EPISODE.enqueue_many(ids)
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
@@ -270,7 +263,7 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
     claimed = claims.job_claim_returning(
         model=Episode,
         pk=episode_id,
-        stale_after=episode_stale_after(),
+        stale_after=EPISODE.stale_after(),
         related="batch",
         increment=("attempts",),
         error="",
@@ -292,12 +285,7 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
     return token, episode
 
 
-def episode_stale_after() -> timedelta:
-    """How long a running episode's worker may stay silent before it is presumed dead."""
-    return timedelta(seconds=django_settings.STUDIO_EPISODE_STALE_SECONDS)
-
-
-def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
+def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
     """Claim, (re)play from the start and record one episode. Idempotent.
 
     `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
@@ -305,10 +293,7 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> EpisodeOutcome:
     """
     claimed = _episode_claim(episode_id=episode_id)
     if claimed is None:
-        status = Episode.objects.filter(id=episode_id).values_list("status", flat=True).first()
-        if status in (Episode.Status.FINISHED, Episode.Status.FAILED, None):
-            return "done_already"
-        return "busy"
+        return EPISODE.unclaimed(episode_id)
     token, episode = claimed
     if episode.attempts > 1:
         # A previous attempt may have left part of the episode: replace it, never add to it.
@@ -395,7 +380,7 @@ def episode_fail(*, episode: Episode, claim_token: str, error: str, totals) -> N
         episode=episode,
         claim_token=claim_token,
         status=Episode.Status.FAILED,
-        error=storable(error, max_bytes=4000),
+        error=error_cut(error),
         totals=totals,
     )
 
@@ -514,9 +499,7 @@ def _statistics_warm(batch_id: int) -> None:
     """After the commit (off the batch row's lock) of the episode that closed the batch: have a
     worker warm the leaderboard's statistics. A send that fails is only logged: the first
     viewer computes them instead."""
-    from studio.celery import app
-
-    queue.send(app.signature(STATISTICS_WARM_TASK))
+    queue.send(STATISTICS_WARM_TASK)
 
 
 def batch_fail(*, batch: RolloutBatch, error: str) -> None:
@@ -538,18 +521,3 @@ def batch_fail(*, batch: RolloutBatch, error: str) -> None:
     RolloutBatch.objects.filter(
         id=batch.id, episodes_total__lte=F("episodes_finished") + F("episodes_failed")
     ).update(finished_at=now)
-
-
-def episodes_requeue_stale() -> int:
-    """Re-send episodes whose worker died (stale heartbeat) or whose message never left."""
-    from rollouts.tasks import episode_run as episode_run_task
-
-    # A person's game waits for its player, however long: no worker can play it.
-    played_by_workers = Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
-    ids = claims.jobs_stale(rows=played_by_workers, stale_after=episode_stale_after())
-    # Pending episodes whose message never left (broker down) or was lost with its data.
-    ids += claims.jobs_waiting(
-        rows=played_by_workers.exclude(batch__status=RolloutBatch.Status.FAILED),
-        created_field="batch__created_at",
-    )
-    return queue.resend(Episode, episode_run_task, ids)

@@ -10,8 +10,6 @@ in the task): a filter can match millions of turns.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
-from typing import Literal
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,10 +18,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from rollouts.game.crafter_env import ACTION_INDEX
+from rollouts.jobs import BULK_FLAG
 from rollouts.models import Turn, TurnBulkFlag, TurnRelabel
 from rollouts.review.selectors import turns_count
 from rollouts.review.turn_selection import TurnSelection, turns_selected
-from studio import claims, queue
+from studio.jobs import JobOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +49,6 @@ def turn_note(*, turn: Turn, note: str, user: AbstractBaseUser) -> Turn:
     return turn
 
 
-BulkFlagOutcome = Literal["done", "failed", "busy", "done_already", "claim_lost"]
-# A running bulk flag that has not finished a chunk for this long is presumed dead.
-BULK_FLAG_STALE_AFTER = timedelta(minutes=5)
-
-
 def turn_bulk_flag_start(
     *, filters: TurnSelection, flagged: bool, user: AbstractBaseUser
 ) -> TurnBulkFlag:
@@ -69,42 +63,24 @@ def turn_bulk_flag_start(
             total_estimated=total.estimated,
             created_by=user,
         )
-        transaction.on_commit(lambda: turn_bulk_flag_enqueue(job=job))
+        BULK_FLAG.enqueue_on_commit(job.id)
     return job
-
-
-def turn_bulk_flag_enqueue(*, job: TurnBulkFlag) -> bool:
-    """Send the job; False when the broker is down (the periodic requeue sends it later)."""
-    from rollouts.tasks import turn_bulk_flag_run as task
-
-    return queue.send_job(TurnBulkFlag, task, job.id)
-
-
-def turn_bulk_flags_requeue() -> int:
-    """Re-send bulk flags whose worker died (stale heartbeat) or whose message never left."""
-    from rollouts.tasks import turn_bulk_flag_run as task
-
-    ids = claims.jobs_to_resend(rows=TurnBulkFlag.objects.all(), stale_after=BULK_FLAG_STALE_AFTER)
-    return queue.resend(TurnBulkFlag, task, ids)
 
 
 def turn_bulk_flag_filters(*, job: TurnBulkFlag) -> TurnSelection:
     return TurnSelection.from_json(job.filters)
 
 
-def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
+def turn_bulk_flag_run(*, job_id: int) -> JobOutcome:
     """Claim the job and apply it in chunks of STUDIO_BULK_FLAG_CHUNK turns, in id order.
 
     Each chunk is one transaction that also records progress and renews the claim, so a job
     taken over after a crash resumes after its last committed chunk, and a worker that lost
     its claim changes nothing more. Turns already in the wanted state keep their reviewer.
     """
-    token = claims.job_claim(model=TurnBulkFlag, pk=job_id, stale_after=BULK_FLAG_STALE_AFTER)
+    token = BULK_FLAG.claim(job_id)
     if token is None:
-        status = TurnBulkFlag.objects.filter(id=job_id).values_list("status", flat=True).first()
-        if status in (TurnBulkFlag.Status.DONE, TurnBulkFlag.Status.FAILED, None):
-            return "done_already"
-        return "busy"
+        return BULK_FLAG.unclaimed(job_id)
     job = TurnBulkFlag.objects.get(id=job_id)
     try:
         turns = turns_selected(turn_bulk_flag_filters(job=job)).exclude(flagged=job.flagged)
@@ -120,12 +96,8 @@ def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
                 changed = Turn.objects.filter(id__in=ids, flagged=not job.flagged).update(
                     flagged=job.flagged, reviewed_by=job.created_by, reviewed_at=timezone.now()
                 )
-                renewed = claims.job_heartbeat(
-                    model=TurnBulkFlag,
-                    pk=job_id,
-                    token=token,
-                    changed=F("changed") + changed,
-                    last_turn_id=ids[-1],
+                renewed = BULK_FLAG.renew(
+                    job_id, token, changed=F("changed") + changed, last_turn_id=ids[-1]
                 )
                 if not renewed:
                     transaction.set_rollback(True)
@@ -133,9 +105,9 @@ def turn_bulk_flag_run(*, job_id: int) -> BulkFlagOutcome:
             last = ids[-1]
     except Exception as exc:
         logger.exception("bulk flag %s failed", job_id)
-        claims.job_fail(model=TurnBulkFlag, pk=job_id, token=token, error=str(exc)[:2000])
+        BULK_FLAG.fail(job_id, token, str(exc))
         return "failed"
-    claims.job_finish(model=TurnBulkFlag, pk=job_id, token=token)
+    BULK_FLAG.finish(job_id, token)
     return "done"
 
 

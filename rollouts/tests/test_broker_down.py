@@ -8,9 +8,11 @@ import pytest
 from django.urls import reverse
 
 from curation.tests.conftest import run
+from rollouts.jobs import EPISODE
 from rollouts.models import Episode, RolloutBatch, Turn
-from rollouts.tasks import episode_run, episodes_requeue_stale
+from rollouts.tasks import episode_run
 from rollouts.tests.helpers import BATCH_ENDS
+from studio.tasks import jobs_requeue
 from studio.testing import queue_drained, wait_for_row
 
 UNREACHABLE = "the task queue is unreachable; the batch will start when it is back"
@@ -25,14 +27,14 @@ def _comes_back_and_completes(broker_switch, batch_id: int, *, episodes: int, st
     time.sleep(0.5)  # the worker is up, but no message reached it
     assert batch.episodes.filter(status="pending").count() == episodes
     broker_switch.up()
-    episodes_requeue_stale.delay()  # what beat sends every minute
+    jobs_requeue.delay()  # what beat sends every minute
     batch = wait_for_row(RolloutBatch, batch_id, statuses=BATCH_ENDS, timeout=120)
     assert batch.status == "finished"
     assert (batch.episodes_finished, batch.episodes_failed) == (episodes, 0)
     # The original messages arriving late (or twice) play nothing again.
     for episode_id in batch.episodes.values_list("id", flat=True):
         episode_run.delay(episode_id)
-    episodes_requeue_stale.delay()
+    jobs_requeue.delay()
     queue_drained()
     batch.refresh_from_db()
     assert (batch.episodes_finished, batch.episodes_failed) == (episodes, 0)
@@ -89,9 +91,7 @@ def test_it_requeues_only_what_waits(broker_switch, requeue_at_once):
     assert result.code == 0 and result.stderr == ""
     episode = Episode.objects.get()
     assert episode.enqueued_at is not None and episode.attempts == 1
-    from rollouts.recording.services import episodes_requeue_stale as requeue
-
-    assert requeue() == 0
+    assert EPISODE.requeue() == []
 
 
 def test_it_never_sends_an_inline_batch_to_workers(broker_switch, requeue_at_once):
@@ -102,5 +102,5 @@ def test_it_never_sends_an_inline_batch_to_workers(broker_switch, requeue_at_onc
     batch = services.batch_create(
         settings=RolloutSettings(policy="scripted", seeds=(0, 1), steps=3), enqueue=False
     )
-    assert services.episodes_requeue_stale() == 0
+    assert EPISODE.requeue() == []
     assert set(batch.episodes.values_list("status", flat=True)) == {"pending"}

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from rollouts.jobs import BULK_FLAG
 from rollouts.models import Episode, Turn, TurnBulkFlag
 from rollouts.recording import services
 from rollouts.review import services as services_review
@@ -95,7 +96,7 @@ def test_it_resumes_a_bulk_flag_whose_worker_died_after_its_last_chunk(editor, s
     ids = list(episode.turns.order_by("id").values_list("id", flat=True))
     # A worker flagged the first 4 turns, saved its progress and died.
     Turn.objects.filter(id__in=ids[:4]).update(flagged=True)
-    stale = timezone.now() - services_review.BULK_FLAG_STALE_AFTER - timedelta(seconds=1)
+    stale = timezone.now() - BULK_FLAG.stale_after() - timedelta(seconds=1)
     TurnBulkFlag.objects.filter(id=job.id).update(
         status="running", claim_token="dead", heartbeat_at=stale, changed=4, last_turn_id=ids[3]
     )
@@ -154,8 +155,8 @@ def test_it_sends_again_a_bulk_flag_whose_message_never_left(celery_worker, edit
     # As if the broker was down when it was asked for: pending, never handed over.
     job = TurnBulkFlag.objects.create(filters={}, flagged=True, total=6, created_by=editor)
     TurnBulkFlag.objects.filter(id=job.id).update(created_at=timezone.now() - timedelta(minutes=5))
-    assert services_review.turn_bulk_flags_requeue() == 1
+    assert len(BULK_FLAG.requeue()) == 1
     wait_for_row(job, statuses=JOB_ENDS)
     assert (job.status, job.changed) == ("done", 6) and job.enqueued_at is not None
     assert episode.turns.filter(flagged=True).count() == 6
-    assert services_review.turn_bulk_flags_requeue() == 0  # nothing waits any more
+    assert BULK_FLAG.requeue() == []  # nothing waits any more

@@ -11,14 +11,12 @@ from training.services.common import (
     KEY_ENV,
     Submission,
     SubmissionError,
-    SubmitOutcome,
     endpoint_target,
 )
 from training.services.jobs import (
     training_job_cancel,
     training_job_cancel_remote,
     training_job_create,
-    training_job_enqueue,
     training_job_plan,
 )
 from training.services.polling import (
@@ -26,22 +24,19 @@ from training.services.polling import (
     training_job_refresh,
     training_jobs_poll_active,
 )
-from training.services.submitting import training_job_submit, training_jobs_requeue_stale
+from training.services.submitting import training_job_submit
 
 __all__ = [
     "KEY_ENV",
     "Submission",
     "SubmissionError",
-    "SubmitOutcome",
     "endpoint_target",
     "training_job_cancel",
     "training_job_cancel_remote",
     "training_job_create",
-    "training_job_enqueue",
     "training_job_plan",
     "training_job_poll",
     "training_job_refresh",
     "training_job_submit",
     "training_jobs_poll_active",
-    "training_jobs_requeue_stale",
 ]

@@ -6,24 +6,23 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Literal
 
 from django.utils import timezone
 
 from curation.models import DatasetVersion
 from studio.endpoints import endpoint_api_key, endpoint_get
+from studio.jobs import error_cut
 from studio.models import Endpoint
 from training.config import TrainingConfig
+from training.jobs import SUBMISSION
 from training.models import TrainingEvent, TrainingJob
 from training.providers import Provider, ProviderError, provider_for
 from training.providers.base import JobSpec
 
 logger = logging.getLogger(__name__)
 
-SubmitOutcome = Literal["submitted", "busy", "done_already", "failed", "retry", "canceled"]
 # Where the CLI's key comes from, per provider (the browser uses the endpoint's variable).
 KEY_ENV = {"synth": "SYNTH_API_KEY", "openai": "OPENAI_API_KEY"}
-ERROR_CHARS = 20000
 
 
 @dataclass(frozen=True)
@@ -126,20 +125,21 @@ def _note(job: TrainingJob, kind: str, message: str, *, level: str = "info") -> 
 
 
 def _fail(job: TrainingJob, error: str, token: str | None = None) -> None:
+    """Fail the job: through the submission's claim with `token`, else (a poll) as it is."""
     logger.warning("training job %s failed: %s", job.id, error.splitlines()[0][:200])
-    query = TrainingJob.objects.filter(id=job.id)
     if token is not None:
-        query = query.filter(claim_token=token)
-    query.update(
-        status=TrainingJob.Status.FAILED,
-        error=error[:ERROR_CHARS],
-        claim_token="",
-        finished_at=timezone.now(),
-    )
+        SUBMISSION.fail(job.id, token, error, claim_token="")
+    else:
+        TrainingJob.objects.filter(id=job.id).update(
+            status=TrainingJob.Status.FAILED,
+            error=error_cut(error),
+            claim_token="",
+            finished_at=timezone.now(),
+        )
     _note(job, "failed", error.splitlines()[0][:500], level=TrainingEvent.Level.ERROR)
 
 
 def _finish(job: TrainingJob, *, status: str, error: str) -> None:
     TrainingJob.objects.filter(id=job.id).exclude(status__in=TrainingJob.TERMINAL).update(
-        status=status, error=error[:ERROR_CHARS], claim_token="", finished_at=timezone.now()
+        status=status, error=error_cut(error), claim_token="", finished_at=timezone.now()
     )

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from curation.models import DatasetVersion
-from studio import queue
+from training.jobs import CANCEL_TASK, SUBMISSION
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError, provider_for
 from training.providers.base import PlannedRequest, UploadFile
@@ -52,15 +52,8 @@ def training_job_create(
     )
     _note(job, "created", f"Job saved; {submission.provider} at {submission.base_url}")
     if enqueue:
-        transaction.on_commit(lambda: training_job_enqueue(job_id=job.id))
+        SUBMISSION.enqueue_on_commit(job.id)
     return job
-
-
-def training_job_enqueue(*, job_id: int) -> bool:
-    """Send the submission; False when the broker is down (the periodic requeue sends it)."""
-    from training.tasks import training_job_submit as task
-
-    return queue.send_job(TrainingJob, task, job_id)
 
 
 def training_job_plan(*, submission: Submission, build_files: bool) -> list[PlannedRequest]:
@@ -154,9 +147,9 @@ def training_job_cancel(*, job: TrainingJob) -> None:
     ).update(status=TrainingJob.Status.CANCELED, finished_at=timezone.now())
     if canceled_here:
         return
-    from training.tasks import training_job_cancel as task
-
-    transaction.on_commit(lambda: task.delay(job.id))
+    # Through the one send path: with the broker down it is logged, never raised after the
+    # commit (the cancel stays asked for on the row).
+    transaction.on_commit(lambda: SUBMISSION.send(CANCEL_TASK, job.id))
 
 
 def training_job_cancel_remote(*, job_id: int) -> str:

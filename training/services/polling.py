@@ -11,12 +11,13 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
+from studio.jobs import error_cut
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError
 from training.providers.base import RemoteEvent, RemoteState, clean_text
 from training.providers.http import call_seconds
 from training.providers.synth import terminal_event_status
-from training.services.common import ERROR_CHARS, EndpointStopped, _fail, _note, _provider
+from training.services.common import EndpointStopped, _fail, _note, _provider
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def _poll_fields(job: TrainingJob, *, state: RemoteState, events: list[RemoteEve
         if status == "failed" and "error" not in fields:
             failures = [e.message for e in events if e.level == "error" and e.message]
             error = state.error or "\n".join(failures) or "The provider failed the job"
-            fields["error"] = error[:ERROR_CHARS]
+            fields["error"] = error_cut(error)
     return fields
 
 

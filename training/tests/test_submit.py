@@ -14,6 +14,7 @@ from django.db import connection
 from curation.tests.conftest import run
 from studio.testing import wait_for_row
 from training import services
+from training.jobs import SUBMISSION
 from training.models import TrainingEvent, TrainingJob
 from training.tests.conftest import OPENAI_KEY, REFERENCE, SYNTH_KEY, version_of
 from training.tests.servers import Tick, failing_script
@@ -550,6 +551,6 @@ def test_it_saves_a_job_says_one_line_and_submits_it_when_the_broker_is_back(
     assert (job.status, job.enqueued_at) == ("pending", None)
     assert synth_server.requests == []
     broker_switch.up()
-    assert services.training_jobs_requeue_stale() == [job.id]  # what beat runs every minute
+    assert SUBMISSION.requeue() == [job.id]  # what beat runs every minute
     job = wait_for(job, "submitted", "running", "succeeded")
     assert len(synth_server.calls("POST", "/learning/jobs")) == 1

@@ -9,6 +9,7 @@ import pytest
 
 from studio.testing import backdate, celery_worker_running, subprocess_env
 from training import services
+from training.jobs import SUBMISSION
 from training.models import TrainingJob
 from training.tests.conftest import REFERENCE, SYNTH_KEY
 from training.tests.test_submit import _submission, submit, wait_for
@@ -45,7 +46,7 @@ def test_it_creates_one_remote_job_when_the_worker_dies_after_creating_it(
     # dead worker's claim once it is stale.
     backdate(job, field="heartbeat_at", seconds=settings.STUDIO_TRAINING_STALE_SECONDS + 1)
     with celery_worker_running(process=True, env=env):
-        assert services.training_jobs_requeue_stale() == [job.id]
+        assert SUBMISSION.requeue() == [job.id]
         job = wait_for(job, "submitted", "running", "succeeded", timeout=120)
     job = wait_for(job, "succeeded")
     assert len(synth_server.calls("POST", "/learning/files")) == 1

@@ -1,0 +1,45 @@
+"""The background jobs of rollouts, each declared once (`studio.jobs`): an episode played by a
+worker, and a bulk flag applied in chunks."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from rollouts.models import Episode, RolloutBatch, TurnBulkFlag
+from studio.jobs import JobKind, register
+
+
+def _played_by_workers() -> QuerySet:
+    # A person's game waits for its player, however long: no worker can play it.
+    return Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+
+
+def _waiting_to_be_played() -> QuerySet:
+    # A failed batch stopped: its pending episodes are not sent again.
+    return _played_by_workers().exclude(batch__status=RolloutBatch.Status.FAILED)
+
+
+# Claimed through `studio.claims.job_claim_returning` (one statement that also reads the
+# episode and its batch, on every episode's path: `rollouts.recording.services`); this kind
+# sends, re-sends and dates staleness like every other.
+EPISODE = register(
+    JobKind(
+        name="episode",
+        model=Episode,
+        task="rollouts.tasks.episode_run",
+        stale_setting="STUDIO_EPISODE_STALE_SECONDS",
+        finished=Episode.Status.FINISHED,
+        rows=_played_by_workers,
+        waiting_rows=_waiting_to_be_played,
+        created_field="batch__created_at",
+    )
+)
+
+BULK_FLAG = register(
+    JobKind(
+        name="bulk_flag",
+        model=TurnBulkFlag,
+        task="rollouts.tasks.turn_bulk_flag_run",
+        stale_setting="STUDIO_BULK_FLAG_STALE_SECONDS",
+    )
+)

@@ -1,0 +1,233 @@
+"""Background job kinds: each declared once, with what every kind gets from here.
+
+A kind names its row's model, the Celery task that works on a row (by name: a service that
+sends work never imports the task module that calls it back), the setting that says how long
+a silent worker is presumed alive, and the status its worker holds a row in. From that it
+offers the whole life of a job on top of `studio.claims` and `studio.queue`: `enqueue` (False
+while the broker is down; the periodic requeue sends it later), `requeue`, `claim`, `renew`,
+`finish` and `fail`, so the policy (one `ClaimLost`, one error cap, one outcome type, one beat
+entry) is stated here once and each app only says what its jobs do.
+
+Apps declare their kinds in their own `jobs.py` and `register` them when their `ready()`
+imports it; studio imports no app, it walks what was registered (`job_kinds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Model, Q, QuerySet
+
+from studio import claims, queue
+from studio.claims import DONE, PENDING, RUNNING, ClaimLost
+from studio.untrusted import storable
+
+__all__ = [
+    "ERROR_CAP",
+    "ClaimLost",
+    "JobKind",
+    "JobOutcome",
+    "error_cut",
+    "job_kinds",
+    "jobs_requeue",
+    "register",
+]
+
+# What a job's task reports; a task retries on "busy" (another worker holds a fresh claim)
+# and on "retry" (an outside service was down).
+JobOutcome = Literal[
+    "done",  # the job's work is complete
+    "finished",  # an episode played to its end
+    "submitted",  # a training job now exists at its provider
+    "failed",  # set aside with its error, never retried
+    "canceled",
+    "busy",
+    "retry",
+    "done_already",  # ended, gone, or not to be taken: the message was a duplicate
+    "claim_lost",  # another worker took the job over from this one
+]
+
+# The longest error a job row keeps, in characters (the longest any kind kept before all
+# shared one).
+ERROR_CAP = 20_000
+
+
+def error_cut(error: str) -> str:
+    """An error as a job row stores it: at most `ERROR_CAP` characters, and storable (an
+    exception's text can hold a NUL, which PostgreSQL refuses)."""
+    return storable(error[:ERROR_CAP], max_bytes=4 * ERROR_CAP)
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of background job: its rows, its task, its stale window and its statuses."""
+
+    name: str
+    model: type[Model]
+    # The Celery task that works on one row, by name; it takes the row's id.
+    task: str
+    # The setting (seconds) after which a worker that has not written is presumed dead.
+    stale_setting: str
+    # The status a row is held in while a worker works on it.
+    working: str = RUNNING
+    # The status `finish` ends it with.
+    finished: str = DONE
+    # Whether the claim dates `started_at`, and `finish` dates `finished_at`: not for a row
+    # whose life goes on past its worker's part (a training job runs at its provider).
+    stamp_start: bool = True
+    stamp_finish: bool = True
+    # Which rows may be claimed beyond their status (a training job: no cancel asked for);
+    # the requeue leaves the others alone.
+    claimable: Q | None = None
+    # The rows the requeue looks at, and among them those it sends when waiting for a
+    # message (an episode: not a person's game, nor one of a failed batch); all by default.
+    rows: Callable[[], QuerySet] | None = None
+    waiting_rows: Callable[[], QuerySet] | None = None
+    # What dates a row that never had a message (an episode has its batch's date).
+    created_field: str = "created_at"
+
+    def stale_after(self) -> timedelta:
+        """Read at each call, so a setting changed (in a test, say) applies at once."""
+        return timedelta(seconds=getattr(settings, self.stale_setting))
+
+    # -- sending -------------------------------------------------------------------------
+
+    def enqueue(self, pk: int) -> bool:
+        """Send the row's task and date its `enqueued_at`; False when the broker cannot be
+        reached (the periodic requeue sends it once it is back)."""
+        return queue.send_job(self.model, self.task, pk)
+
+    def enqueue_on_commit(self, pk: int) -> None:
+        """`enqueue` once the caller's transaction commits (at once outside one)."""
+        transaction.on_commit(lambda: self.enqueue(pk))
+
+    def enqueue_many(self, ids: list[int]) -> int:
+        """Send each id's task, in order, on one connection; how many were sent (the first
+        ones, up to where the broker failed: the requeue sends the rest)."""
+        return queue.resend(self.model, self.task, ids)
+
+    def send(self, task: str, pk: int) -> bool:
+        """Send another task about one row (a cancel), through the same path as `enqueue`:
+        False, logged, when the broker cannot be reached. No `enqueued_at`: that dates the
+        row's own task."""
+        return queue.send(task, pk)
+
+    def to_resend(self) -> list[int]:
+        """The rows the periodic requeue sends again: whose worker died (a stale heartbeat),
+        then those pending whose message never left or was lost."""
+        rows = self.rows() if self.rows is not None else self.model.objects.all()
+        if self.claimable is not None:
+            rows = rows.filter(self.claimable)
+        waiting = self.waiting_rows() if self.waiting_rows is not None else None
+        if waiting is not None and self.claimable is not None:
+            waiting = waiting.filter(self.claimable)
+        return claims.jobs_to_resend(
+            rows=rows,
+            stale_after=self.stale_after(),
+            working=self.working,
+            waiting_rows=waiting,
+            created_field=self.created_field,
+        )
+
+    def requeue(self) -> list[int]:
+        """Send again what `to_resend` picks; the ids sent (up to where the broker failed)."""
+        ids = self.to_resend()
+        return ids[: queue.resend(self.model, self.task, ids)]
+
+    # -- a worker's claim ----------------------------------------------------------------
+
+    def claim(self, pk: int, /, **fields: Any) -> str | None:
+        """Take the row if it is pending, or held with a stale heartbeat (its worker died);
+        write `fields` (the job's own resets) with it. The claim's token, or None: see
+        `unclaimed` for why."""
+        return claims.job_claim(
+            model=self.model,
+            pk=pk,
+            stale_after=self.stale_after(),
+            working=self.working,
+            where=self.claimable,
+            stamp_start=self.stamp_start,
+            **fields,
+        )
+
+    def unclaimed(self, pk: int) -> JobOutcome:
+        """Why a claim failed: "busy" while another worker holds the row; else
+        "done_already" (ended, gone, or not to be claimed)."""
+        status = self.model.objects.filter(pk=pk).values_list("status", flat=True).first()
+        return "busy" if status == self.working else "done_already"
+
+    def renew(self, pk: int, token: str, /, *, raise_lost: bool = False, **fields: Any) -> bool:
+        """Renew the claim, writing `fields` (progress) with it. False when the claim was
+        lost, or `ClaimLost` raised with `raise_lost`."""
+        held = claims.job_heartbeat(
+            model=self.model, pk=pk, token=token, working=self.working, **fields
+        )
+        if not held and raise_lost:
+            raise ClaimLost(f"{self.name} {pk} was claimed by another worker")
+        return held
+
+    def finish(self, pk: int, token: str, /, **fields: Any) -> bool:
+        """End the job as done (the kind's `finished` status) with its results in `fields`;
+        False: the claim was lost, nothing was written."""
+        return claims.job_finish(
+            model=self.model,
+            pk=pk,
+            token=token,
+            status=self.finished,
+            working=self.working,
+            stamp_finish=self.stamp_finish,
+            **fields,
+        )
+
+    def fail(self, pk: int, token: str, /, error: str, **fields: Any) -> bool:
+        """End the job as failed with `error` (cut to `ERROR_CAP`): a poison job is set
+        aside, never retried. False: the claim was lost."""
+        return claims.job_fail(
+            model=self.model,
+            pk=pk,
+            token=token,
+            error=error_cut(error),
+            working=self.working,
+            **fields,
+        )
+
+    def release(self, pk: int, token: str, /, **fields: Any) -> bool:
+        """Hand the claim back (pending, no token) for a later delivery to take, writing
+        `fields`; False: the claim was lost."""
+        return claims.job_heartbeat(
+            model=self.model,
+            pk=pk,
+            token=token,
+            working=self.working,
+            status=PENDING,
+            claim_token="",
+            **fields,
+        )
+
+
+_KINDS: dict[str, JobKind] = {}
+
+
+def register(kind: JobKind) -> JobKind:
+    """Make the kind known to the periodic requeue; returns it, to declare and register in
+    one statement. Registering the same kind again (a module imported twice) is harmless."""
+    known = _KINDS.get(kind.name)
+    if known is not None and (known.model, known.task) != (kind.model, kind.task):
+        raise ValueError(f"job kind {kind.name!r} is declared twice, differently")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def job_kinds() -> list[JobKind]:
+    """Every registered kind, in the order registered (the apps' order)."""
+    return list(_KINDS.values())
+
+
+def jobs_requeue() -> dict[str, int]:
+    """Every kind's `requeue` (what beat runs every minute): how many of each were sent."""
+    return {kind.name: len(kind.requeue()) for kind in job_kinds()}

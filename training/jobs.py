@@ -1,0 +1,31 @@
+"""The background job of training, declared once (`studio.jobs`): a job's submission to its
+provider (upload, create, start). Following the remote job afterwards is the poll's
+(`training.tasks.training_jobs_poll`), not a claimed job."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+
+from studio.jobs import JobKind, register
+from training.models import TrainingJob
+
+SUBMISSION = register(
+    JobKind(
+        name="training_submission",
+        model=TrainingJob,
+        task="training.tasks.training_job_submit",
+        stale_setting="STUDIO_TRAINING_STALE_SECONDS",
+        working=TrainingJob.Status.UPLOADING,
+        # Submitted is the worker's part done: the job runs on at its provider.
+        finished=TrainingJob.Status.SUBMITTED,
+        # `started_at` is when the provider reports the remote job running; `finished_at`
+        # when it ends there.
+        stamp_start=False,
+        stamp_finish=False,
+        # A job whose cancel was asked for is never taken again (nor sent again).
+        claimable=Q(cancel_requested=False),
+    )
+)
+
+# Sent about a job whose remote side exists, through the kind's send path.
+CANCEL_TASK = "training.tasks.training_job_cancel"
