@@ -194,9 +194,6 @@ def graph() -> dict[str, list[Import]]:
 # --- the project -------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="services still import tasks; removed by the job kinds change"
-)
 def test_no_module_is_in_an_import_cycle(graph):
     found = cycles(module_edges(graph))
     assert not found, "import cycles between modules:\n" + cycle_report(found, graph, lambda m: m)
