@@ -27,6 +27,7 @@ from rollouts.play import selectors as selectors_play
 from rollouts.play.forms import ForkForm
 from rollouts.review import selectors as selectors_review
 from rollouts.review import services as services_review
+from rollouts.review import viewer
 from rollouts.review.forms import (
     BulkFlagForm,
     FlagForm,
@@ -47,7 +48,7 @@ TURNS_PER_PAGE = 50
 @require_GET
 def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
     try:
-        index = selectors_review.episode_index(episode_id=episode_id)
+        index = viewer.episode_index(episode_id=episode_id)
     except Episode.DoesNotExist as exc:
         raise Http404("no such episode") from exc
     try:
@@ -98,7 +99,7 @@ def episode_turn(request: HttpRequest, episode_id: int, index: int) -> HttpRespo
     """One turn of the viewer, as JSON: the page carries an index, the turn at the cursor
     (and its neighbours) come from here. The page's permission: any signed-in user."""
     try:
-        turn = selectors_review.episode_turn(episode_id=episode_id, index=index)
+        turn = viewer.episode_turn(episode_id=episode_id, index=index)
     except Turn.DoesNotExist as exc:
         raise Http404("no such turn") from exc
     return JsonResponse(turn)
@@ -232,10 +233,10 @@ def turn_note(request: HttpRequest, turn_id: int) -> HttpResponse:
 @require_GET
 def turn_text(request: HttpRequest, turn_id: int, field: str) -> HttpResponse:
     """One text of a turn in full: the viewer receives long texts cut (`clip_for_page`)."""
-    if field not in selectors_review.TURN_TEXT_FIELDS:
+    if field not in viewer.TURN_TEXT_FIELDS:
         raise Http404("no such text")
     try:
-        text = selectors_review.turn_text(turn_id=turn_id, field=field)
+        text = viewer.turn_text(turn_id=turn_id, field=field)
     except Turn.DoesNotExist as exc:
         raise Http404("no such turn") from exc
     # Plain text, never sniffed as HTML (SECURE_CONTENT_TYPE_NOSNIFF); the viewer sets it as

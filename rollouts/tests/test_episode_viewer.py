@@ -8,7 +8,7 @@ import hashlib
 from django.urls import reverse
 
 from rollouts.models import Turn
-from rollouts.review.selectors import episode_index
+from rollouts.review.viewer import episode_index
 from rollouts.tests.helpers import seed_episode
 
 TURNS = 10_000

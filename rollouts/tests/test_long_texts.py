@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from rollouts.models import Episode
-from rollouts.review.selectors import PAGE_TEXT_CHARS
+from rollouts.review.viewer import PAGE_TEXT_CHARS
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
 

@@ -12,8 +12,8 @@ from rollouts.jobs import BULK_FLAG
 from rollouts.models import Episode, Turn, TurnBulkFlag
 from rollouts.recording import services
 from rollouts.review import services as services_review
-from rollouts.review.selectors import request_image_steps
 from rollouts.review.turn_selection import EVERY_TURN, turns_selected
+from rollouts.review.viewer import request_image_steps
 from rollouts.rollout_settings import RolloutSettings
 from studio.testing import JOB_ENDS, wait_for_row
 
