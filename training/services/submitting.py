@@ -129,35 +129,36 @@ def _upload_files(job: TrainingJob, token: str, provider: Provider) -> JobOutcom
     return None
 
 
-def _upload_training(job: TrainingJob, token: str, provider: Provider, file: UploadFile) -> None:
-    _note(job, "upload", f"Uploading {file.rows} rows ({file.bytes} bytes)")
-    file_id = provider.upload(file=file, idempotency_key=f"{job.idempotency_key}-t")
-    # Written the moment it is known: a second delivery never uploads it again.
+def _upload(
+    job: TrainingJob, token: str, provider: Provider, file: UploadFile, *, role: str
+) -> str:
+    """Upload the `role` ("training" or "validation") file; its id is written the moment it
+    is known, so a second delivery never uploads it again."""
+    file_id = provider.upload(file=file, idempotency_key=f"{job.idempotency_key}-{role[0]}")
     SUBMISSION.renew(
         job.id,
         token,
-        remote_training_file_id=file_id,
-        training_file_sha256=file.sha256,
-        training_file_bytes=file.bytes,
-        training_file_rows=file.rows,
+        **{
+            f"remote_{role}_file_id": file_id,
+            f"{role}_file_sha256": file.sha256,
+            f"{role}_file_bytes": file.bytes,
+            f"{role}_file_rows": file.rows,
+        },
     )
-    job.remote_training_file_id = file_id
+    setattr(job, f"remote_{role}_file_id", file_id)
+    return file_id
+
+
+def _upload_training(job: TrainingJob, token: str, provider: Provider, file: UploadFile) -> None:
+    _note(job, "upload", f"Uploading {file.rows} rows ({file.bytes} bytes)")
+    file_id = _upload(job, token, provider, file, role="training")
     _note(job, "uploaded", f"Training file {file_id} (sha256 {file.sha256})")
 
 
 def _upload_validation(
     job: TrainingJob, token: str, provider: Provider, file: UploadFile, source: ValidationSource
 ) -> None:
-    file_id = provider.upload(file=file, idempotency_key=f"{job.idempotency_key}-v")
-    SUBMISSION.renew(
-        job.id,
-        token,
-        remote_validation_file_id=file_id,
-        validation_file_sha256=file.sha256,
-        validation_file_bytes=file.bytes,
-        validation_file_rows=file.rows,
-    )
-    job.remote_validation_file_id = file_id
+    file_id = _upload(job, token, provider, file, role="validation")
     origin = (
         f"the validation split of version {source.version.id}"
         if source.is_split
