@@ -31,7 +31,9 @@ def training_job_submit(self, job_id: int) -> str:
 
 @shared_task(acks_late=True, time_limit=600)
 def training_jobs_poll() -> int:
-    # Beat follows training here (submissions are re-sent by `studio.tasks.jobs_requeue`).
+    # Beat follows training here (submissions are re-sent by `studio.tasks.jobs_requeue`),
+    # and sends again the cancels that never reached the provider.
+    services.training_cancels_resend()
     return services.training_jobs_poll_active()
 
 

@@ -14,6 +14,7 @@ from training.services.common import (
     endpoint_target,
 )
 from training.services.jobs import (
+    training_cancels_resend,
     training_job_cancel,
     training_job_cancel_remote,
     training_job_create,
@@ -31,6 +32,7 @@ __all__ = [
     "Submission",
     "SubmissionError",
     "endpoint_target",
+    "training_cancels_resend",
     "training_job_cancel",
     "training_job_cancel_remote",
     "training_job_create",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import tempfile
 import uuid
@@ -150,6 +151,24 @@ def training_job_cancel(*, job: TrainingJob) -> None:
     # Through the one send path: with the broker down it is logged, never raised after the
     # commit (the cancel stays asked for on the row).
     transaction.on_commit(lambda: SUBMISSION.send(CANCEL_TASK, job.id))
+
+
+def training_cancels_resend() -> int:
+    """Send again the cancels asked for over a minute ago that never reached the provider
+    (the broker was down, or the message was lost): the row, not the broker, is the truth."""
+    asked_before = timezone.now() - dt.timedelta(seconds=60)
+    ids = list(
+        TrainingJob.objects.filter(
+            cancel_requested=True,
+            status__in=(TrainingJob.Status.SUBMITTED, TrainingJob.Status.RUNNING),
+        )
+        .exclude(remote_job_id="")
+        .filter(events__type="studio.cancel_requested", events__time__lt=asked_before)
+        .exclude(events__type__in=("studio.cancel_sent", "studio.cancel_failed"))
+        .values_list("id", flat=True)
+        .distinct()
+    )
+    return sum(SUBMISSION.send(CANCEL_TASK, job_id) for job_id in ids)
 
 
 def training_job_cancel_remote(*, job_id: int) -> str:

@@ -7,6 +7,7 @@ sent, stored and said.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
 import threading
@@ -14,8 +15,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.db import transaction
+from django.utils import timezone
 
 from studio.models import Endpoint
+from studio.testing import wait_for_row, wait_until
 from training import services
 from training.models import TrainingEvent, TrainingJob
 from training.submission import submission_build
@@ -460,3 +464,25 @@ def test_the_refresh_button_finds_a_late_model(synth_server, train_version, sett
     job.refresh_from_db()
     assert (job.status, job.fine_tuned_model) == ("succeeded", "ft:via-button")
     assert 'id="refresh-job"' not in response.content.decode()
+
+
+def test_a_cancel_the_broker_lost_is_sent_again_by_the_beat_task(
+    broker_switch, synth_server, train_version
+):
+    from training.models import TrainingJob as Job
+
+    job = submitted(synth_server, train_version)
+    broker_switch.down()
+    with transaction.atomic():
+        services.training_job_cancel(job=Job.objects.get(id=job.id))
+    broker_switch.up()
+    assert synth_server.calls("POST", "/cancel") == []
+    # Within the minute a cancel may still be on its way: not sent twice.
+    assert services.training_cancels_resend() == 0
+    TrainingEvent.objects.filter(job=job, type="studio.cancel_requested").update(
+        time=timezone.now() - dt.timedelta(minutes=2)
+    )
+    assert services.training_cancels_resend() == 1
+    wait_until(lambda: synth_server.calls("POST", "/cancel"), timeout=30, what="the cancel")
+    job = wait_for_row(job, statuses=("canceled",), timeout=30)
+    assert services.training_cancels_resend() == 0
