@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from curation.export_options import FORMATS, KINDS, ExportOptions, check_combination
@@ -70,6 +71,20 @@ def add_filter_arguments(parser, *, with_format: bool = True) -> None:
             help="studio (rows with metadata; default), openai (what OpenAI fine-tuning "
             "accepts) or synth (synth-ai's SFT loader: flat tools, metadata kept)",
         )
+
+
+def add_force_argument(parser, *, replaces: str) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace {replaces} (without it an existing one is refused: exit 2, nothing written)",
+    )
+
+
+def refuse_existing(path: Path, *, option: str, force: bool) -> None:
+    """An export never replaces a file someone already has unless asked: `--force`."""
+    if not force and (path.exists() or path.is_symlink()):
+        raise usage_error(f"{option}: {str(path)!r} already exists; pass --force to overwrite it")
 
 
 def filters_from_options(options: dict[str, Any]) -> tuple[TurnSelection, ExportOptions]:

@@ -202,7 +202,7 @@ def test_it_splits_by_episode_without_leakage(db, tmp_path):
     assert result.summary["val"]["rows"] == len(val_rows)
     assert result.summary["val"]["sha256"] == hashlib.sha256(val.read_bytes()).hexdigest()
     assert result.summary["rows"] + result.summary["val"]["rows"] == 48
-    again = run("export_jsonl", *args)
+    again = run("export_jsonl", *args, "--force")
     assert again.summary["sha256"] == result.summary["sha256"]
     assert again.summary["val"]["sha256"] == result.summary["val"]["sha256"]
 
@@ -211,10 +211,11 @@ def test_it_filters_by_episode_achievements_flags_and_reward(scripted_batch, tmp
     episodes = list(scripted_batch.episodes.order_by("seed"))
     with_wood = [e for e in episodes if "collect_sapling" in e.achievements]
     assert with_wood and len(with_wood) < len(episodes)
+    # One file exported again and again: --force replaces it each time.
     out = tmp_path / "rows.jsonl"
 
     def episode_ids(*args: str) -> set[int]:
-        result = run("export_jsonl", "--output", str(out), *args)
+        result = run("export_jsonl", "--output", str(out), "--force", *args)
         assert result.code == 0, result.stderr
         return {r["metadata"]["episode_id"] for r in read_rows(out)}
 
@@ -228,16 +229,16 @@ def test_it_filters_by_episode_achievements_flags_and_reward(scripted_batch, tmp
         e.id for e in episodes if e.total_reward >= top
     }
     Turn.objects.filter(episode=episodes[0], index__in=[2, 5]).update(flagged=True)
-    run("export_jsonl", "--output", str(out), "--flagged", "only")
+    run("export_jsonl", "--output", str(out), "--force", "--flagged", "only")
     assert [(r["metadata"]["turn"], r["metadata"]["flagged"]) for r in read_rows(out)] == [
         (2, True),
         (5, True),
     ]
     assert len(read_rows(out)) == 2
-    run("export_jsonl", "--output", str(out), "--flagged", "exclude")
+    run("export_jsonl", "--output", str(out), "--force", "--flagged", "exclude")
     assert len(read_rows(out)) == 88
-    assert run("export_jsonl", "--output", str(out), "--include-assistant").code == 1
-    args = ("export_jsonl", "--output", str(out), "--include-assistant", "--allow-empty")
+    assert run("export_jsonl", "--output", str(out), "--force", "--include-assistant").code == 1
+    args = ("export_jsonl", "--output", str(out), "--force", "--include-assistant", "--allow-empty")
     assert run(*args).summary["rows"] == 0
 
 
@@ -387,7 +388,16 @@ def test_it_leaves_the_target_untouched_when_refused(scripted_batch, tmp_path):
     (tmp_path / "out").mkdir()
     out = tmp_path / "out" / "rows.jsonl"
     out.write_text("previous export\n")
-    result = run("export_jsonl", "--output", str(out), "--format", "openai", "--min-reward", "1000")
+    result = run(
+        "export_jsonl",
+        "--output",
+        str(out),
+        "--force",
+        "--format",
+        "openai",
+        "--min-reward",
+        "1000",
+    )
     assert result.code == 1
     assert out.read_text() == "previous export\n"
     assert sorted(p.name for p in Path(out.parent).iterdir()) == ["rows.jsonl"]

@@ -127,8 +127,8 @@ def test_the_turn_list_forms_have_exactly_the_declarations_filters():
 @pytest.mark.parametrize(
     ("command", "own"),
     [
-        (export_jsonl.Command, {"output", "val-output"}),
-        (export_hf.Command, {"output", "tool-calls-as-text"}),
+        (export_jsonl.Command, {"output", "val-output", "force"}),
+        (export_hf.Command, {"output", "tool-calls-as-text", "force"}),
     ],
 )
 def test_the_export_commands_have_exactly_the_declarations_flags(command, own):

@@ -8,7 +8,12 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from curation.command_options import add_filter_arguments, filters_from_options
+from curation.command_options import (
+    add_filter_arguments,
+    add_force_argument,
+    filters_from_options,
+    refuse_existing,
+)
 from curation.exporting import ExportEmpty, ExportRefused, export_count
 from curation.services import rows_export
 from studio.commands import StudioCommand, progress_bar, usage_error
@@ -27,6 +32,7 @@ class Command(StudioCommand):
         parser.add_argument(
             "--val-output", metavar="PATH", help="default: OUTPUT with .val.jsonl as suffix"
         )
+        add_force_argument(parser, replaces="the output (and validation) file when it exists")
 
     def handle(self, *args: Any, **options: Any) -> None:
         filters, export_options = filters_from_options(options)
@@ -43,6 +49,9 @@ class Command(StudioCommand):
                 raise usage_error(f"output: {str(path)!r} is a directory")
         if val_output is not None and val_output.resolve() == output.resolve():
             raise usage_error("--val-output must differ from --output")
+        refuse_existing(output, option="output", force=options["force"])
+        if val_output is not None:
+            refuse_existing(val_output, option="val-output", force=options["force"])
 
         total = export_count(filters)
         bar = progress_bar(total=total, desc="export", unit="row")
