@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max
+from django.db.models import Count, Exists, Max, OuterRef, Q
 
 from curation.models import DatasetVersion
 from evaluation.baselines import batches_covering_seeds
@@ -326,10 +326,19 @@ def seed_episodes(*, batch_ids: Sequence[int], seed: int) -> list[SeedColumn]:
     return columns
 
 
+# Whose play a leaderboard row pools. A fork replays another episode's opening turns (with a
+# correction, one of them a person's action) and a person's game is no model's: neither is a
+# model's own play, so they are left out of its row and shown, when asked, on rows of their own.
+OWN_PLAY = "own"
+FORK_PLAY = "fork"
+HUMAN_PLAY = "human"
+
+
 @dataclass(frozen=True)
 class LeaderboardRow:
     label: str
     summary: Summary | None  # None for a reference row
+    play: str = OWN_PLAY  # OWN_PLAY, FORK_PLAY or HUMAN_PLAY
     reference_score: float | None = None
     policy: str = ""
     model: str = ""
@@ -347,6 +356,11 @@ class LeaderboardRow:
     def score(self) -> float:
         return self.reference_score if self.summary is None else self.summary.crafter_score
 
+    @property
+    def is_own_play(self) -> bool:
+        """A policy's own games (or the paper's agents): the rows that are ranked."""
+        return self.play == OWN_PLAY
+
 
 def _configuration(batch: dict[str, Any]) -> tuple[Any, ...]:
     settings = batch["settings"] if isinstance(batch["settings"], dict) else {}
@@ -363,30 +377,46 @@ def _configuration(batch: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def leaderboard_rows() -> list[LeaderboardRow]:
+def _play(batch: dict[str, Any]) -> str:
+    if batch["policy"] == RolloutBatch.Policy.HUMAN:
+        return HUMAN_PLAY
+    return FORK_PLAY if batch["forked"] else OWN_PLAY
+
+
+def leaderboard_rows(*, include_forks: bool = False) -> list[LeaderboardRow]:
     """Every configuration with finished batches, pooled over them, and the paper's agents.
 
-    Three queries: finished batches, their episodes' signature, then (unless the cache has
-    these batches' rows for that signature) their episodes.
+    A policy's own games only, unless `include_forks`: then forks and people's games too, on
+    rows of their own (`LeaderboardRow.play`). Three queries: finished batches (with whether
+    they are forks), their episodes' signature, then (unless the cache has these batches' rows
+    for that signature) their episodes.
     """
+    fork = Episode.objects.filter(batch_id=OuterRef("id")).filter(
+        # A fork whose original was deleted keeps its turn: still a replay.
+        Q(forked_from__isnull=False) | Q(forked_at_turn__isnull=False)
+    )
     batches = list(
         RolloutBatch.objects.filter(status=RolloutBatch.Status.FINISHED)
         .exclude(policy=RolloutBatch.Policy.IMPORTED)
+        .annotate(forked=Exists(fork))
         .order_by("id")
         # created_at for the cache key only: ids restart in a database created again.
-        .values("id", "policy", "model", "image_size", "step_limit", "settings", "created_at")
+        .values(
+            "id", "policy", "model", "image_size", "step_limit", "settings", "created_at", "forked"
+        )
     )
     ids = [b["id"] for b in batches]
-    return _cached_statistics("leaderboard", batches, ids, lambda: _leaderboard(batches))
+    rows = _cached_statistics("leaderboard", batches, ids, lambda: _leaderboard(batches))
+    return [row for row in rows if include_forks or row.is_own_play]
 
 
 def _leaderboard(batches: list[dict[str, Any]]) -> list[LeaderboardRow]:
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for batch in batches:
-        groups[_configuration(batch)].append(batch["id"])
+        groups[(_play(batch), *_configuration(batch))].append(batch["id"])
     outcomes = _outcome_groups_by_batch([b["id"] for b in batches])
     rows = []
-    for (policy, model, mode, size, history, steps), ids in groups.items():
+    for (play, policy, model, mode, size, history, steps), ids in groups.items():
         pooled = [group for batch_id in ids for group in outcomes.get(batch_id, [])]
         if not pooled:
             continue
@@ -394,6 +424,7 @@ def _leaderboard(batches: list[dict[str, Any]]) -> list[LeaderboardRow]:
             LeaderboardRow(
                 label=model or policy,
                 summary=summarize_groups(pooled),
+                play=play,
                 policy=policy,
                 model=model,
                 observation_mode=mode,

@@ -195,20 +195,29 @@ def compare_seed(request: HttpRequest, seed: int) -> HttpResponse:
 
 @require_GET
 def leaderboard(request: HttpRequest) -> HttpResponse:
-    rows = selectors.leaderboard_rows()
+    """`/leaderboard/`: policies' own games; `?include=forks` adds forks and people's games."""
+    include_forks = request.GET.get("include") == "forks"
+    rows = selectors.leaderboard_rows(include_forks=True)
     reference = selectors.reference_scores()
-    ranked, rank = [], 0
+    ranked, rank, studio_rows = [], 0, 0
     for row in rows:
-        # References sit where their score puts them, but only studio rows are ranked.
-        rank += not row.is_reference
-        ranked.append((None if row.is_reference else rank, row))
+        if not row.is_own_play and not include_forks:
+            continue
+        # References, forks and people's games sit where their score puts them, but only a
+        # policy's own games are ranked.
+        ranked_row = not row.is_reference and row.is_own_play
+        rank += ranked_row
+        studio_rows += not row.is_reference
+        ranked.append((rank if ranked_row else None, row))
     return render(
         request,
         "evaluation/leaderboard.html",
         {
             "rows": ranked,
             "source": reference["source"],
-            "studio_rows": rank,
+            "studio_rows": studio_rows,
+            "include_forks": include_forks,
+            "other_rows": sum(not row.is_own_play for row in rows),
         },
     )
 

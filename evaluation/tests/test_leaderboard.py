@@ -172,3 +172,88 @@ def test_the_database_groups_episodes_as_a_summary_of_each_would(viewer_client):
     one_by_one = summarize(outcomes)
     assert one_by_one.score_interval == pytest.approx(summary.score_interval, abs=1e-12)
     assert one_by_one.rate_intervals == summary.rate_intervals
+
+
+def _fork_batch(*, of: Episode, turn: int, with_correction: bool, **kwargs) -> RolloutBatch:
+    """A finished batch of one fork of `of` at `turn`, as `episode_fork` leaves its rows."""
+    fork = _finished_batch(seeds=[of.seed], **kwargs)
+    fork.episodes.update(
+        forked_from=of,
+        forked_at_turn=turn,
+        fork_prefix_turns=turn + with_correction,
+        fork_with_correction=with_correction,
+    )
+    return fork
+
+
+def test_forks_and_human_games_are_not_pooled_into_a_models_row(viewer_client):
+    own = _finished_batch(seeds=range(0, 4), model="fake-vlm")
+    again = _finished_batch(seeds=range(4, 8), model="fake-vlm", unlocked=["collect_wood"])
+    # A fork of one of its episodes at turn 4 with a person's correction: its opening turns
+    # are a replay, one of them a person's action. And a game a person played.
+    corrected = _fork_batch(
+        of=own.episodes.get(seed=1),
+        turn=4,
+        with_correction=True,
+        model="fake-vlm",
+        unlocked=ACHIEVEMENTS[:6],
+    )
+    human = _finished_batch(seeds=[0], policy="human", unlocked=ACHIEVEMENTS[:9])
+    # A fork whose original was deleted since: still a fork.
+    orphan = _fork_batch(
+        of=own.episodes.get(seed=2), turn=2, with_correction=False, model="fake-vlm"
+    )
+    Episode.objects.filter(batch=orphan).update(forked_from=None)
+
+    (row,) = [r for r in selectors.leaderboard_rows() if not r.is_reference]
+    assert (row.label, row.batch_ids, row.play) == ("fake-vlm", [own.id, again.id], "own")
+    assert row.summary.episodes == 8 and row.summary.success_rates["collect_wood"] == 50.0
+
+    shown = [r for r in selectors.leaderboard_rows(include_forks=True) if not r.is_reference]
+    plays = {(r.label, r.play): r.batch_ids for r in shown}
+    assert plays == {
+        ("fake-vlm", "own"): [own.id, again.id],
+        ("fake-vlm", "fork"): [corrected.id, orphan.id],
+        ("human", "human"): [human.id],
+    }
+    assert [r.is_own_play for r in shown if r.batch_ids == [human.id]] == [False]
+
+
+def test_the_page_hides_forks_until_asked_and_marks_them(viewer_client):
+    own = _finished_batch(seeds=range(3), model="fake-vlm")
+    fork = _fork_batch(
+        of=own.episodes.get(seed=0),
+        turn=4,
+        with_correction=True,
+        model="fake-vlm",
+        unlocked=ACHIEVEMENTS[:8],
+    )
+    human = _finished_batch(seeds=[1], policy="human", unlocked=ACHIEVEMENTS[:2])
+
+    response = viewer_client.get("/leaderboard/")
+    html = response.content.decode()
+    assert f'href="/rollouts/{own.id}/"' in html
+    assert (
+        f'href="/rollouts/{fork.id}/"' not in html and f'href="/rollouts/{human.id}/"' not in html
+    )
+    assert 'href="?include=forks"' in html and "2 rows of forks and people's games" in html
+    assert [rank for rank, row in response.context["rows"] if not row.is_reference] == [1]
+
+    response = viewer_client.get("/leaderboard/?include=forks")
+    html = response.content.decode()
+    for batch in (own, fork, human):
+        assert f'href="/rollouts/{batch.id}/"' in html
+    # The forks' and the person's rows are marked and unranked, whatever their score.
+    ranked = {row.play: rank for rank, row in response.context["rows"] if not row.is_reference}
+    assert ranked == {"own": 1, "fork": None, "human": None}
+    assert html.count('class="not-own"') == 2
+    assert 'data-play="fork"' in html and 'data-play="human"' in html
+    assert 'id="play-toggle" href="/leaderboard/"' in html  # the way back
+
+
+def test_a_row_lists_every_batch_it_pools(viewer_client):
+    batches = [_finished_batch(seeds=[s], model="many") for s in range(9)]
+    html = viewer_client.get("/leaderboard/").content.decode()
+    for batch in batches:
+        assert f'<a href="/rollouts/{batch.id}/">#{batch.id}</a>' in html
+    assert "pools 9 batches" in html

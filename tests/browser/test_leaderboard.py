@@ -1,0 +1,95 @@
+"""The leaderboard in headless Chromium, on a phone and a desktop: a policy's own games only,
+forks and people's games shown on marked rows when asked, every row's batches linked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from rollouts.models import Episode, RolloutBatch
+from rollouts.play.forks import episode_fork, fork_settings
+from rollouts.recording import services
+from rollouts.review.services import turn_relabel
+from rollouts.rollout_settings import RolloutSettings
+from rollouts.tests.helpers import record_batch
+from tests.browser.test_episode_viewer import _log_in_at, _user
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = (
+    ROOT / "docs" / "screenshots"
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
+    else ROOT / "var" / "screenshots"
+)
+
+
+def _corrected_fork(*, of: Episode, turn: int, by) -> RolloutBatch:
+    """A scripted fork of `of` at `turn` with a person's correction of that turn, played."""
+    turn_relabel(turn=of.turns.get(index=turn), actions=["noop", "do"], reason="", user=by)
+    settings = fork_settings(
+        source=of, settings=RolloutSettings(policy="scripted", seeds=(of.seed,)), steps=None
+    )
+    fork = episode_fork(
+        source=of, turn=turn, settings=settings, with_correction=True, enqueue=False
+    )
+    services.batch_play_inline(batch=fork.batch)
+    batch = RolloutBatch.objects.get(id=fork.batch_id)
+    assert batch.status == "finished", batch.error
+    return batch
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_forks_and_peoples_games_stay_out_of_a_models_row(
+    studio_page: Page, live_server, width: int
+):
+    own = record_batch(policy="scripted", seeds=(0, 1, 2), steps=60, name="own games")
+    editor = _user("ranker", editor=True)
+    fork = _corrected_fork(of=own.episodes.get(seed=1), turn=4, by=editor)
+    human = RolloutBatch.objects.create(
+        policy="human", seeds=[5], status="finished", image_size=own.image_size
+    )
+    Episode.objects.create(
+        batch=human, seed=5, status="finished", steps=90, achievements={"collect_wood": 3}
+    )
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _log_in_at(page, live_server.url, "/leaderboard/", "ranker")
+
+    board = page.locator("#leaderboard")
+    own_row = board.locator("tbody tr[data-play=own]")
+    expect(own_row).to_have_count(1)
+    expect(own_row.locator("td").first).to_have_text("1")
+    expect(own_row.locator(f"a[href='/rollouts/{own.id}/']")).to_have_text(f"#{own.id}")
+    for other in (fork, human):
+        expect(page.locator(f"main a[href='/rollouts/{other.id}/']")).to_have_count(0)
+    expect(board.locator("tr.not-own")).to_have_count(0)
+    _fits(page, width)
+
+    page.click("#play-toggle")
+    expect(page).to_have_url(f"{live_server.url}/leaderboard/?include=forks")
+    expect(board.locator("tr.not-own")).to_have_count(2)
+    fork_row = board.locator("tr[data-play=fork]")
+    expect(fork_row.locator(".badge")).to_have_text("forks")
+    expect(fork_row.locator("td").first).to_have_text("")  # marked, not ranked
+    expect(fork_row.locator(f"a[href='/rollouts/{fork.id}/']")).to_have_text(f"#{fork.id}")
+    human_row = board.locator("tr[data-play=human]")
+    expect(human_row.locator(".badge")).to_have_text("people's games")
+    expect(human_row.locator(f"a[href='/rollouts/{human.id}/']")).to_be_visible()
+    # The model's own row is as it was: the fork is not pooled into it.
+    expect(own_row.locator("td.batches a")).to_have_count(1)
+    _fits(page, width)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"leaderboard-forks-{width}.png"), full_page=True)
+
+    page.click("#play-toggle")
+    expect(page).to_have_url(f"{live_server.url}/leaderboard/")
+    expect(board.locator("tr.not-own")).to_have_count(0)
+
+
+def _fits(page: Page, width: int) -> None:
+    """The page does not scroll sideways (the table scrolls in its own box)."""
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
