@@ -18,6 +18,18 @@ def batch_episode_counts(*, batch_id: int) -> dict[str, int]:
     )
 
 
+def batch_episodes_resumable(*, batch: RolloutBatch) -> int:
+    """What the batch page's Resume would play again: the episodes of an ended batch that did
+    not finish (failed or canceled). A pending or running batch is still being played (the
+    requeue beat re-sends what a dead worker held); a person's game and an import have nothing
+    to resume."""
+    if batch.status in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
+        return 0
+    if batch.policy in (RolloutBatch.Policy.HUMAN, RolloutBatch.Policy.IMPORTED):
+        return 0
+    return Episode.objects.filter(batch_id=batch.id).exclude(status=Episode.Status.FINISHED).count()
+
+
 def batch_success_rates(*, batch_id: int) -> dict[str, float]:
     achievements = Episode.objects.filter(
         batch_id=batch_id, status=Episode.Status.FINISHED

@@ -151,7 +151,8 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "active": active,
         "poll_seconds": POLL_SECONDS,
         "settings_rows": selectors.batch_settings_rows(batch=batch),
-        "unfinished": batch.episodes_total - batch.episodes_finished,
+        "resumable": selectors.batch_episodes_resumable(batch=batch),
+        "idle": selectors_review.batch_is_idle(batch=batch),
         "can_review": request.user.has_perm(REVIEW_PERMISSION),
         "samples_per_seed": int((batch.settings or {}).get("samples_per_seed") or 1),
     }

@@ -224,6 +224,9 @@ STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", defau
 
 # An episode whose worker has not written for this long is presumed dead and may be re-claimed.
 STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
+# A person's game (or human fork) with no key pressed for this long is shown idle, not
+# running: the batch pages stop refreshing for a game nobody may come back to.
+STUDIO_HUMAN_IDLE_SECONDS = env.int("STUDIO_HUMAN_IDLE_SECONDS", default=1800)
 # The same for a bulk flag (it writes after each chunk), a dataset export and an import.
 STUDIO_BULK_FLAG_STALE_SECONDS = env.int("STUDIO_BULK_FLAG_STALE_SECONDS", default=300)
 STUDIO_EXPORT_STALE_SECONDS = env.int("STUDIO_EXPORT_STALE_SECONDS", default=600)

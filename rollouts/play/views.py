@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from rollouts.game.crafter_env import KEY_MAP
@@ -61,6 +62,9 @@ def play_new(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+# Back from the viewer after "End the game here" asks again: a kept copy shows a game over as
+# running, its turn count behind the one recorded.
+@never_cache
 def play(request: HttpRequest, episode_id: int) -> HttpResponse:
     episode = _episode_or_404(episode_id)
     if episode.batch.policy != RolloutBatch.Policy.HUMAN:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import (
     Avg,
+    BooleanField,
     Count,
+    Exists,
     ExpressionWrapper,
     F,
     IntegerField,
@@ -17,6 +21,7 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from rollouts.models import Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.review.turn_selection import TurnSelection, has_episode_conditions, turns_selected
@@ -49,21 +54,47 @@ def batches_with_progress() -> QuerySet[RolloutBatch]:
     )
     return (
         RolloutBatch.objects.select_related("created_by")
-        .annotate(mean_achievements=Subquery(mean))
+        .annotate(
+            mean_achievements=Subquery(mean),
+            idle=ExpressionWrapper(_human_idle(), output_field=BooleanField()),
+        )
         .order_by("-created_at", "-id")
     )
 
 
+def _human_idle() -> Q:
+    """A person's game (or human fork) left open: running, but no key pressed (an episode's
+    heartbeat is its last turn) nor the batch created within STUDIO_HUMAN_IDLE_SECONDS. Nobody
+    may ever come back to it, so the pages stop counting it as running and stop polling."""
+    since = timezone.now() - timedelta(seconds=settings.STUDIO_HUMAN_IDLE_SECONDS)
+    played = Episode.objects.filter(batch=OuterRef("pk"), heartbeat_at__gte=since)
+    return Q(
+        Q(policy=RolloutBatch.Policy.HUMAN, status__in=ACTIVE_BATCH_STATUSES, created_at__lt=since),
+        ~Exists(played),
+    )
+
+
 def batches_any_active() -> bool:
-    return RolloutBatch.objects.filter(status__in=ACTIVE_BATCH_STATUSES).exists()
+    return (
+        RolloutBatch.objects.filter(status__in=ACTIVE_BATCH_STATUSES)
+        .exclude(_human_idle())
+        .exists()
+    )
 
 
 def batch_get(*, batch_id: int) -> RolloutBatch:
     return RolloutBatch.objects.select_related("created_by", "evaluates").get(id=batch_id)
 
 
+def batch_is_idle(*, batch: RolloutBatch) -> bool:
+    """A person's game left open (see `_human_idle`)."""
+    if batch.policy != RolloutBatch.Policy.HUMAN or batch.status not in ACTIVE_BATCH_STATUSES:
+        return False
+    return RolloutBatch.objects.filter(_human_idle(), id=batch.id).exists()
+
+
 def batch_is_active(*, batch: RolloutBatch) -> bool:
-    return batch.status in ACTIVE_BATCH_STATUSES
+    return batch.status in ACTIVE_BATCH_STATUSES and not batch_is_idle(batch=batch)
 
 
 def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:

@@ -87,7 +87,8 @@ def test_it_offers_resume_cancel_and_run_again_to_editors_only(editor, viewer):
     url = reverse("rollouts:batch_detail", args=[batch.id])
     page = editor_client.get(url).content.decode()
     assert 'data-action="cancel"' in page and 'data-action="run-again"' in page
-    assert 'data-action="resume"' in page  # running with unfinished episodes
+    # Running: its episodes are being played, nothing has failed; Resume is not offered.
+    assert 'data-action="resume"' not in page
     looker = viewer_client.get(url).content.decode()
     assert "data-action" not in looker
     cancel = reverse("rollouts:batch_cancel", args=[batch.id])
@@ -204,3 +205,61 @@ def test_it_starts_an_openai_batch_with_every_option_from_the_form(editor_client
     assert (settings["request_timeout"], settings["concurrency"]) == (15.0, 8)
     assert (settings["requests_per_minute"], settings["history_frames"]) == (30, 2)
     assert (settings["endpoint"], settings["base_url"]) == ("vlm-server", "http://127.0.0.1:9/v1")
+
+
+def test_it_offers_resume_only_once_the_batch_has_ended_with_that_many_to_play(editor_client):
+    batch = _pending_batch()
+    url = reverse("rollouts:batch_detail", args=[batch.id])
+    assert 'data-action="resume"' not in editor_client.get(url).content.decode()  # pending
+    services.episode_claim(episode_id=batch.episodes.get(seed=0).id)
+    assert services.episode_run(episode_id=batch.episodes.get(seed=1).id) == "finished"
+    batch.refresh_from_db()
+    assert batch.status == "running"
+    assert 'data-action="resume"' not in editor_client.get(url).content.decode()
+    services.batch_cancel(batch=batch)
+    assert "Resume (2)" in editor_client.get(url).content.decode()
+    services.batch_resume(batch=batch, enqueue=False)
+    services.batch_play_inline(batch=batch)
+    batch.refresh_from_db()
+    assert batch.status == "finished"
+    assert 'data-action="resume"' not in editor_client.get(url).content.decode()
+
+
+def test_it_offers_no_resume_on_a_persons_game(editor_client, editor):
+    from rollouts.play import services as services_play
+
+    settings = services_play.play_settings(seed=3, steps=50, image_size=64)
+    episode = services_play.play_start(settings=settings, user=editor)
+    services.batch_cancel(batch=episode.batch)
+    page = editor_client.get(reverse("rollouts:batch_detail", args=[episode.batch_id]))
+    assert 'data-action="resume"' not in page.content.decode()
+
+
+def test_a_game_left_open_stops_counting_as_running(editor_client, editor, settings):
+    from rollouts.play import services as services_play
+    from studio.testing import backdate
+
+    settings.STUDIO_HUMAN_IDLE_SECONDS = 600
+    game = services_play.play_start(
+        settings=services_play.play_settings(seed=3, steps=50, image_size=64), user=editor
+    )
+    listing = reverse("rollouts:batch_list")
+    detail = reverse("rollouts:batch_detail", args=[game.batch_id])
+    assert editor_client.get(listing).context["poll"] is True
+    assert editor_client.get(detail).context["active"] is True
+    services_play.play_step(episode_id=game.id, action="noop", turn=0)
+    backdate(game.batch, field="created_at", seconds=3600)
+    # Created long ago, but a key was pressed a moment ago: still being played.
+    assert editor_client.get(listing).context["poll"] is True
+    backdate(game, field="heartbeat_at", seconds=601)
+    response = editor_client.get(listing)
+    assert response.context["poll"] is False
+    assert "hx-trigger" not in response.content.decode()
+    assert '<span class="badge status-idle"' in response.content.decode()
+    page = editor_client.get(detail)
+    assert page.context["active"] is False and page.context["idle"] is True
+    assert "hx-trigger" not in page.content.decode()
+    assert '<span class="badge status-idle"' in page.content.decode()
+    # A model's batch running beside it still refreshes the list.
+    _pending_batch()
+    assert editor_client.get(listing).context["poll"] is True

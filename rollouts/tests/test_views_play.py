@@ -220,3 +220,13 @@ def test_a_fork_played_by_a_model_uses_a_named_endpoint_never_a_typed_url(
     assert [t.actions for t in fork.turns.order_by("index")][4:] == [["do"]] * 8
     # The model saw the fork's own turns only: the replayed ones asked it nothing.
     assert len(chat_server.requests) == 8
+
+
+def test_an_ended_game_has_no_end_button_and_its_page_is_never_kept(editor_client, game):
+    url = reverse("rollouts:play", args=[game.id])
+    running = editor_client.get(url)
+    assert b'id="end-game"' in running.content
+    # Back from the viewer asks again rather than showing the running game the browser kept.
+    assert "no-store" in running["Cache-Control"]
+    services_play.play_end(episode_id=game.id)
+    assert b'id="end-game"' not in editor_client.get(url).content

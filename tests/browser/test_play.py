@@ -165,3 +165,41 @@ def test_the_viewer_fits_800_px_and_its_keys_move_by_kind_and_relabel(
     page.set_viewport_size({"width": 360, "height": 800})
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
     page.screenshot(path=str(ROOT / "var" / "screenshots" / "episode-viewer-360.png"))
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_a_game_that_has_ended_offers_no_end_button(studio_page: Page, live_server, width):
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _user("player", editor=True)
+    _log_in_at(page, live_server.url, "/play/new/", "player")
+    page.fill("#id_seed", "5")
+    page.fill("#id_steps", "3")
+    page.click("main button[type=submit]")
+    expect(page.locator("body")).to_have_attribute("data-turns", "0")
+    expect(page.locator("#end-game")).to_be_visible()
+    for n in range(1, 4):
+        page.keyboard.press(_key("noop"))
+        expect(page.locator("body")).to_have_attribute("data-turns", str(n))
+    # The third key was the last step: the game ended under the player's hands.
+    expect(page.locator("#play-status")).to_have_text("finished")
+    expect(page.locator("#end-game")).to_be_hidden()
+    page.reload()
+    expect(page.locator("#play-status")).to_have_text("finished")
+    expect(page.locator("#end-game")).to_have_count(0)
+
+    # Ended with the button, then Back to the game: the page is asked for again, not shown
+    # as the browser kept it (a running game with the button).
+    page.goto(live_server.url + "/play/new/")
+    page.fill("#id_seed", "6")
+    page.fill("#id_steps", "50")
+    page.click("main button[type=submit]")
+    expect(page.locator("body")).to_have_attribute("data-turns", "0")
+    page.keyboard.press(_key("noop"))
+    expect(page.locator("body")).to_have_attribute("data-turns", "1")
+    page.click("#end-game")
+    expect(page.locator("#review-status, #turn-pos").first).to_be_attached()
+    page.go_back()
+    expect(page.locator("#play-status")).to_have_text("finished")
+    expect(page.locator("#end-game")).to_have_count(0)
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
