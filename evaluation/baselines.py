@@ -79,25 +79,39 @@ def compare_url(*, base: RolloutBatch, other: RolloutBatch) -> str:
     return f"{reverse('evaluation:compare')}?batches={base.id},{other.id}"
 
 
+def is_playing(batch: RolloutBatch) -> bool:
+    """Pending or running: its score is that of the episodes ended so far, not a result."""
+    return batch.status in _ACTIVE
+
+
 @dataclass(frozen=True)
 class EvaluationRow:
     batch: RolloutBatch
     role: str  # "fine-tuned" or "base"
     score: str  # the Crafter score of its finished episodes, or "—"
     baseline: RolloutBatch | None = None  # fine-tuned rows: the base-model batch to compare
+    # Only once the baseline has ended: a comparison with a base batch still playing would
+    # show the score of its first episodes as if it were the base model's.
     compare_url: str = ""
+
+    @property
+    def waits_for(self) -> RolloutBatch | None:
+        """The base batch the comparison waits for, while it plays."""
+        return self.baseline if self.baseline and is_playing(self.baseline) else None
 
 
 def fine_tuned_row(*, batch: RolloutBatch, base_model: str, score: str) -> EvaluationRow:
-    """A fine-tuned model's batch with the base-model batch to compare it with, if any."""
+    """A fine-tuned model's batch with the base-model batch to compare it with, if any; the
+    comparison link once that batch has ended."""
     found = evaluation_baselines(batch=batch, base_model=base_model)
     baseline = found[0] if found else None
+    ended = baseline is not None and not is_playing(baseline)
     return EvaluationRow(
         batch=batch,
         role="fine-tuned",
         score=score,
         baseline=baseline,
-        compare_url=compare_url(base=baseline, other=batch) if baseline else "",
+        compare_url=compare_url(base=baseline, other=batch) if ended else "",
     )
 
 

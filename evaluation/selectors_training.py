@@ -4,7 +4,7 @@ base-model batch each one compares with is `evaluation.baselines`."""
 from __future__ import annotations
 
 from evaluation import selectors
-from evaluation.baselines import EvaluationRow, fine_tuned_row
+from evaluation.baselines import EvaluationRow, fine_tuned_row, is_playing
 from evaluation.statistics import summarize
 from rollouts.game.scoring import score_text
 from training.models import TrainingJob
@@ -21,6 +21,8 @@ def job_evaluations(*, job: TrainingJob) -> list[EvaluationRow]:
     for batch in batches:
         summary = summarize(outcomes.get(batch.id, []))
         score = score_text(summary.crafter_score if summary.finished else None)
+        if summary.finished and is_playing(batch):
+            score += " so far"  # of the episodes ended: not the batch's result yet
         if batch.model == job.fine_tuned_model:
             rows.append(fine_tuned_row(batch=batch, base_model=job.model, score=score))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django import template
 
-from evaluation.baselines import EvaluationRow, batch_evaluation
+from evaluation.baselines import EvaluationRow, batch_evaluation, is_playing
 from evaluation.forms import EvaluateForm
 from evaluation.selectors import held_out_plan
 from evaluation.selectors_training import job_evaluations
@@ -49,11 +49,15 @@ def job_evaluation(context, job) -> dict:
     """A training job page's evaluation section: the Evaluate form with the held-out seeds it
     would play, and the batches it started (`evaluate_form`: a POST's, with its errors)."""
     form = context.get("evaluate_form")
+    evaluations = job_evaluations(job=job)
     section = {
         "job": job,
         "evaluable": context.get("evaluable"),
         "can_evaluate": context.get("can_evaluate"),
-        "evaluations": job_evaluations(job=job),
+        "evaluations": evaluations,
+        # A batch still playing: the table refreshes itself until every one has ended.
+        "evaluations_playing": any(is_playing(row.batch) for row in evaluations),
+        "poll_seconds": context.get("poll_seconds") or 2,
         "evaluate_form": form,
         "csrf_token": context.get("csrf_token"),
     }

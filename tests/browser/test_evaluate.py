@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from evaluation.tests.test_baselines import end, evaluation_batch
 from rollouts.models import RolloutBatch
 from rollouts.tests.helpers import BATCH_ENDS
 from studio.testing import wait_for_row
+from tests.browser.test_episode_viewer import _log_in_at, _user
 from training.tests.test_evaluate import BASE, FINE_TUNED, _job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -58,3 +60,38 @@ def test_it_evaluates_a_job_and_its_base_model_then_opens_the_comparison(
     page.click(f"tr[data-batch='{tuned.id}'] a.compare-link")
     expect(page).to_have_url(f"{live_server.url}/compare/?batches={base.id},{tuned.id}")
     expect(page.locator("#summary-table")).to_contain_text(f"#{tuned.id}")
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_a_base_batch_still_playing_shows_progress_then_the_comparison(
+    studio_page: Page, live_server, width: int
+):
+    job = _job(seeds=(0, 2))
+    tuned = evaluation_batch(job=job, model=FINE_TUNED, ended=6)
+    base = evaluation_batch(job=job, model=BASE, ended=2)
+    _user("watcher", editor=False)
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _log_in_at(page, live_server.url, f"/training/{job.id}/", "watcher")
+
+    row = page.locator(f"tr[data-batch='{tuned.id}']")
+    expect(row.locator(".compare-waits")).to_contain_text(
+        f"Base batch #{base.id} is playing: 2 of 6 episodes ended."
+    )
+    expect(row.locator("[role=progressbar]")).to_have_attribute("aria-valuenow", "2")
+    expect(page.locator("a.compare-link")).to_have_count(0)
+    expect(page.locator(f"tr[data-batch='{base.id}']")).to_contain_text("so far")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(
+        path=str(SCREENSHOT.with_name(f"training-evaluate-waiting-{width}.png")), full_page=True
+    )
+
+    # The base batch ends: the table refreshes itself, and the comparison is there.
+    end(base)
+    expect(row.locator("a.compare-link")).to_have_text(f"Compare with base batch #{base.id}")
+    expect(page.locator(".compare-waits")).to_have_count(0)
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.goto(f"{live_server.url}/rollouts/{tuned.id}/")
+    expect(page.locator("#evaluates a.compare-link")).to_have_attribute(
+        "href", f"/compare/?batches={base.id},{tuned.id}"
+    )
