@@ -107,26 +107,28 @@ def _rate_rows(comparison: selectors.BatchComparison) -> list[dict]:
 
 
 def _rates_svg(comparison: selectors.BatchComparison, labels: dict[int, str]) -> str:
-    return charts.rates_chart(
-        [
-            charts.Series(
-                label=labels[c.batch.id],
-                rates=c.summary.success_rates,
-                intervals=c.summary.rate_intervals,
-            )
-            for c in comparison.columns
-        ],
-        title="Success rate per achievement on the shared seeds, with 95% intervals",
+    series = [
+        charts.Series(
+            label=labels[c.batch.id],
+            rates=c.summary.success_rates,
+            intervals=c.summary.rate_intervals,
+        )
+        for c in comparison.columns
+    ]
+    title = "Success rate per achievement on the shared seeds, with 95% intervals"
+    return charts.for_every_screen(
+        lambda layout: charts.rates_chart(series, title=title, layout=layout)
     )
 
 
 def _score_svg(comparison: selectors.BatchComparison, labels: dict[int, str]) -> str:
-    return charts.score_chart(
-        [
-            (labels[c.batch.id], c.summary.crafter_score, c.summary.score_interval)
-            for c in comparison.columns
-        ],
-        title="Crafter score on the shared seeds, with 95% bootstrap intervals",
+    points = [
+        (labels[c.batch.id], c.summary.crafter_score, c.summary.score_interval)
+        for c in comparison.columns
+    ]
+    title = "Crafter score on the shared seeds, with 95% bootstrap intervals"
+    return charts.for_every_screen(
+        lambda layout: charts.score_chart(points, title=title, layout=layout)
     )
 
 

@@ -45,7 +45,9 @@ def test_it_compares_two_batches_ticked_in_the_batch_list(studio_page: Page, liv
         expect(cells.nth(3)).to_have_text(f"{crafter_score(rates):.2f}%")
     expect(page.locator("#summary-table tr.diff")).to_contain_text("2 paired seeds")
     expect(page.locator("#rates-table tbody tr")).to_have_count(22)
-    expect(page.locator("svg.chart")).to_have_count(2)
+    expect(page.locator("svg.chart-wide")).to_have_count(2)
+    expect(page.locator("svg.chart-narrow")).to_have_count(2)
+    expect(page.locator("svg.chart-narrow").first).to_be_hidden()  # the phone's layout
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "compare.png"), full_page=True)
 
@@ -87,3 +89,51 @@ def test_the_comparison_fits_a_phone(studio_page: Page, live_server):
     expect(page.locator("#leaderboard")).to_contain_text("Human experts")
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
     page.screenshot(path=str(SCREENSHOTS / "leaderboard-phone.png"), full_page=True)
+
+
+# Each chart drawn on the page, as shown: its box, and the size and box of its texts.
+_CHARTS_SHOWN = """() => [...document.querySelectorAll('svg.chart')]
+  .filter(svg => svg.getBoundingClientRect().width > 0)
+  .map(svg => {
+    const box = svg.getBoundingClientRect();
+    const texts = [...svg.querySelectorAll('text')].map(text => {
+      const r = text.getBoundingClientRect();
+      return {
+        text: text.textContent,
+        px: parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a,
+        left: r.left, right: r.right,
+      };
+    });
+    return {top: box.top, bottom: box.bottom, left: box.left, right: box.right, texts};
+  })"""
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_the_compare_charts_are_readable_on_a_phone_and_a_desktop(
+    studio_page: Page, live_server, width: int
+):
+    one = record_batch(policy="scripted", seeds=(0, 1, 2), steps=60, name="a scripted run, named")
+    two = record_batch(policy="random", seeds=(0, 1, 2), steps=60, name="random walk of a baseline")
+    _user("reader", editor=False)
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _log_in_at(page, live_server.url, "/leaderboard/", "reader")
+    page.goto(f"{live_server.url}/compare/?batches={one.id},{two.id}")
+    expect(page.locator("#shared-seeds")).to_contain_text("3 shared seeds")
+
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    score, rates = page.evaluate(_CHARTS_SHOWN)  # one layout of each chart is shown
+    # One column: the rates chart below the score chart, from the same left edge.
+    assert rates["top"] >= score["bottom"] and abs(rates["left"] - score["left"]) < 1
+    for chart in (score, rates):
+        assert chart["right"] <= width
+        for text in chart["texts"]:
+            assert text["px"] >= 11, (width, text)
+            # Nothing cut off at the chart's edges.
+            assert chart["left"] - 1 <= text["left"] <= text["right"] <= chart["right"] + 1, text
+    labels = {text["text"] for text in rates["texts"]}
+    assert {"collect_wood", "eat_plant", f"#{one.id} a scripted run, named"} <= labels
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(".compare-charts").screenshot(
+        path=str(SCREENSHOTS / f"compare-charts-{width}.png")
+    )
