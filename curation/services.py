@@ -1,4 +1,5 @@
-"""Writes for datasets: save filters, create versions, run a version's export."""
+"""Writes for datasets: save filters, add turns to their include lists, create versions, run
+a version's export."""
 
 from __future__ import annotations
 
@@ -27,8 +28,14 @@ from curation.hf_export import HFResult, write_hf_dataset, zip_directory
 from curation.jobs import EXPORT
 from curation.models import Dataset, DatasetVersion
 from curation.preferences import export_preference_files
-from rollouts.models import RolloutBatch
-from rollouts.review.turn_selection import TurnSelection, turns_selected
+from rollouts.models import REVIEW_PERMISSION, RolloutBatch
+from rollouts.review.services import TurnCollection, turn_collection_register
+from rollouts.review.turn_selection import (
+    INCLUDE_TURNS_MAX,
+    FilterError,
+    TurnSelection,
+    turns_selected,
+)
 from studio.errors import plain_error
 from studio.jobs import JobOutcome
 
@@ -130,12 +137,75 @@ def dataset_update(
     description: str = "",
 ) -> Dataset:
     # Versions keep their own snapshot: editing the filter never changes what was exported.
+    # The form does not show the include list (turns added from the turn list): a filter
+    # saved without one keeps the dataset's.
+    if not filters.include_turns:
+        kept = TurnSelection.from_json(dataset.filters).include_turns
+        filters = dataclasses.replace(filters, include_turns=kept)
     dataset.name = name
     dataset.description = description
     dataset.filters = filters.to_json()
     dataset.export_options = options.to_json()
     dataset.save()
     return dataset
+
+
+def dataset_include_add(*, dataset: Dataset, selection: TurnSelection) -> int:
+    """Append the turns `selection` matches to the dataset's include list (turns it keeps
+    whatever its other filters say); how many were not in it yet. Its versions keep their
+    snapshots. Refused past INCLUDE_TURNS_MAX turns in the list, nothing written."""
+    with transaction.atomic():
+        # Locked: two additions at once both end up in the list.
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        filters = TurnSelection.from_json(locked.filters)
+        have = set(filters.include_turns)
+        picked = turns_selected(selection).order_by("id").values_list("id", flat=True)
+        # One more than could fit: enough to tell "too many" without reading millions.
+        ids = list(picked[: INCLUDE_TURNS_MAX + 1])
+        new = [i for i in ids if i not in have]
+        if len(have) + len(new) > INCLUDE_TURNS_MAX:
+            picked_more = (
+                f"more than {INCLUDE_TURNS_MAX:,}"
+                if len(ids) > INCLUDE_TURNS_MAX
+                else f"{len(new):,} more"
+            )
+            raise ValueError(
+                f"include list: a dataset includes at most {INCLUDE_TURNS_MAX:,} turns by hand; "
+                f"{dataset.name!r} has {len(have):,} and {picked_more} were picked: "
+                "narrow the filter"
+            )
+        if new:
+            filters = dataclasses.replace(filters, include_turns=(*filters.include_turns, *new))
+            locked.filters = filters.to_json()
+            locked.save(update_fields=["filters", "updated_at"])
+    dataset.refresh_from_db(fields=["filters", "updated_at"])
+    return len(new)
+
+
+def _datasets_to_add_to() -> list[tuple[int, str]]:
+    return list(Dataset.objects.order_by("-updated_at", "-id").values_list("id", "name")[:200])
+
+
+def _dataset_include_add_by_id(*, target_id: int, selection: TurnSelection, user=None) -> int:
+    dataset = Dataset.objects.filter(id=target_id).first()
+    if dataset is None:
+        raise ValueError(f"dataset: there is no dataset {target_id}")
+    try:
+        return dataset_include_add(dataset=dataset, selection=selection)
+    except FilterError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+# The turn list's "add to dataset" (rollouts offers it without importing this app).
+turn_collection_register(
+    TurnCollection(
+        noun="dataset",
+        permission=REVIEW_PERMISSION,
+        choices=_datasets_to_add_to,
+        add=_dataset_include_add_by_id,
+        most=INCLUDE_TURNS_MAX,
+    )
+)
 
 
 def dataset_version_create(

@@ -19,6 +19,7 @@ urlpatterns = [
     ),
     path("turns/", review_views.turn_list, name="turn_list"),
     path("turns/bulk-flag/", review_views.turns_bulk_flag, name="turns_bulk_flag"),
+    path("turns/bulk/", review_views.turns_bulk, name="turns_bulk"),
     path(
         "turns/bulk-flag/<int:job_id>/",
         review_views.turn_bulk_flag_detail,

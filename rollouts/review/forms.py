@@ -1,4 +1,5 @@
-"""Forms of the review pages: the turn list's filter, flags, notes and bulk flags."""
+"""Forms of the review pages: the turn list's filter, flags, notes, bulk flags and the bulk
+actions on ticked turns."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from urllib.parse import urlencode
 
 from django import forms
 
-from rollouts.review.services import NOTE_MAX_LENGTH
+from rollouts.review.services import NOTE_MAX_LENGTH, turn_collections
 from rollouts.review.turn_selection import (
+    BIGINT_MAX,
     EVERY_TURN,
+    FilterError,
     TurnSelection,
     filter_kind,
     filter_of,
@@ -95,6 +98,84 @@ class BulkFlagForm(TurnFilterForm):
     set_flagged = forms.TypedChoiceField(
         choices=[("1", "flag"), ("0", "unflag")], coerce=lambda v: v == "1"
     )
+
+
+class TurnIdsField(forms.Field):
+    """The turn list's ticked rows: `turn` once for each, a turn id (bounds: `turn_ids`)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> tuple[int, ...]:
+        if not value:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        ids = []
+        for item in value:
+            try:
+                ids.append(int(item))
+            except (TypeError, ValueError):
+                raise forms.ValidationError(f"{str(item)[:20]!r} is not a turn id") from None
+        return tuple(dict.fromkeys(ids))  # ticked twice is ticked once
+
+
+# The actions of the turn list's bar; the later apps' collections (`turn_collections`) add
+# theirs ("dataset").
+TURN_ACTIONS = {"flag": "Flag", "unflag": "Unflag", "note": "Set a note on"}
+SCOPES = (("selection", "the ticked turns"), ("filter", "every turn the filters match"))
+# The bulk form's own fields, beside the turn list's filters.
+TURN_BULK_FIELDS = ("action", "scope", "turn", "note", "target")
+
+
+class TurnBulkForm(TurnFilterForm):
+    """A bulk action of the turn list: what to do (`action`), to which turns (`scope`: the
+    ticked ones, `turn`, or every turn the list's filters match), with what (`note`, the
+    collection's `target`)."""
+
+    action = forms.ChoiceField(choices=())
+    scope = forms.ChoiceField(choices=SCOPES, required=False)
+    turn = TurnIdsField(required=False)
+    note = forms.CharField(
+        required=False, max_length=NOTE_MAX_LENGTH, strip=True, widget=forms.Textarea
+    )
+    target = forms.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.collections = {c.noun: c for c in turn_collections()}
+        self.fields["action"].choices = [
+            *TURN_ACTIONS.items(),
+            *((noun, f"Add to {noun}") for noun in self.collections),
+        ]
+        self._selection: TurnSelection | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            if data.get("scope") == "filter":
+                self._selection = self.filters()
+            elif data.get("turn"):
+                self._selection = dataclasses.replace(EVERY_TURN, turn_ids=data["turn"])
+            else:
+                raise forms.ValidationError(
+                    "No turn is ticked: tick turns, or select all the turns that match."
+                )
+        except FilterError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+    @property
+    def selection(self) -> TurnSelection:
+        """The turns the action is for; after is_valid()."""
+        assert self._selection is not None, "call is_valid() first"
+        return self._selection
+
+    @property
+    def collection(self):
+        """The later app's collection the action adds to, or None (flag, unflag, note)."""
+        return self.collections.get(self.cleaned_data["action"])
 
 
 def turn_list_query(selection: TurnSelection) -> str:

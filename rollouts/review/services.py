@@ -4,12 +4,18 @@ A reviewer's marks sit beside what was recorded and never change it (the recordi
 lifecycle is `rollouts.recording.services`; see its docstring for where a write goes).
 
 Bulk flags run on the worker (`turn_bulk_flag_start` in the request, `turn_bulk_flag_run`
-in the task): a filter can match millions of turns.
+in the task): a filter can match millions of turns. A note set on many turns at once
+(`turns_note_set`) is bounded instead, and written in the request.
+
+Turns picked on the turn list can also go to a later app (a dataset's include list): that
+app registers a `TurnCollection`, so that rollouts imports none of it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -27,6 +33,8 @@ from studio.jobs import JobOutcome
 logger = logging.getLogger(__name__)
 
 NOTE_MAX_LENGTH = 10_000
+# A note says something of each turn it is on: set on at most this many at once.
+BULK_NOTE_MAX_TURNS = 10_000
 
 
 def turn_flag(*, turn: Turn, flagged: bool, user: AbstractBaseUser) -> Turn:
@@ -38,15 +46,68 @@ def turn_flag(*, turn: Turn, flagged: bool, user: AbstractBaseUser) -> Turn:
     return turn
 
 
-def turn_note(*, turn: Turn, note: str, user: AbstractBaseUser) -> Turn:
+def _note_text(note: str) -> str:
     text = note.replace("\r\n", "\n").strip()
     if len(text) > NOTE_MAX_LENGTH:
         raise ValueError(f"note: longer than {NOTE_MAX_LENGTH} characters")
+    return text
+
+
+def turn_note(*, turn: Turn, note: str, user: AbstractBaseUser) -> Turn:
+    text = _note_text(note)
     turn.note = text
     turn.reviewed_by = user
     turn.reviewed_at = timezone.now()
     turn.save(update_fields=["note", "reviewed_by", "reviewed_at"])
     return turn
+
+
+def turns_note_set(*, selection: TurnSelection, note: str, user: AbstractBaseUser) -> int:
+    """The same note on every turn `selection` matches, replacing theirs (empty: no note);
+    how many turns it was set on. Refused past BULK_NOTE_MAX_TURNS turns, none written."""
+    text = _note_text(note)
+    ids = list(
+        turns_selected(selection).order_by().values_list("id", flat=True)[: BULK_NOTE_MAX_TURNS + 1]
+    )
+    if len(ids) > BULK_NOTE_MAX_TURNS:
+        raise ValueError(
+            f"note: more than {BULK_NOTE_MAX_TURNS:,} turns match; a note is set on at most "
+            f"{BULK_NOTE_MAX_TURNS:,} at once: narrow the filter"
+        )
+    return Turn.objects.filter(id__in=ids).update(
+        note=text, reviewed_by=user, reviewed_at=timezone.now()
+    )
+
+
+@dataclass(frozen=True)
+class TurnCollection:
+    """Where a later app keeps turns picked on the turn list (curation: a dataset's include
+    list), registered by that app (`turn_collection_register`): the turn list offers "add to
+    <noun>" without rollouts importing it."""
+
+    noun: str  # "dataset": the action's name and the confirmation's word
+    permission: str  # who may add to one
+    # What turns can be added to: (id, name), the likeliest first.
+    choices: Callable[[], list[tuple[int, str]]]
+    # Adds the turns `selection` matches to the one with this id; how many were not in it
+    # yet. ValueError: refused (too many, no such target), nothing written; its message
+    # says why in one line.
+    add: Callable[..., int]
+    most: int | None = None  # the most turns one holds: the confirmation says so beforehand
+
+
+_COLLECTIONS: dict[str, TurnCollection] = {}
+
+
+def turn_collection_register(collection: TurnCollection) -> TurnCollection:
+    """Offer `collection` on the turn list; registering it again (a module imported twice)
+    replaces it."""
+    _COLLECTIONS[collection.noun] = collection
+    return collection
+
+
+def turn_collections() -> list[TurnCollection]:
+    return list(_COLLECTIONS.values())
 
 
 def turn_bulk_flag_start(

@@ -1,11 +1,14 @@
-"""Review pages: the episode viewer, the turn list, flags, notes and bulk flags. Login is
-enforced by LoginRequiredMiddleware; changing anything needs `rollouts.review_turn`."""
+"""Review pages: the episode viewer, the turn list, flags, notes, bulk flags and the turn
+list's bulk actions. Login is enforced by LoginRequiredMiddleware; changing anything needs
+`rollouts.review_turn`."""
 
 from __future__ import annotations
 
 import json
 
+from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
     HttpRequest,
@@ -29,8 +32,11 @@ from rollouts.review import selectors as selectors_review
 from rollouts.review import services as services_review
 from rollouts.review import viewer
 from rollouts.review.forms import (
+    TURN_ACTIONS,
+    TURN_BULK_FIELDS,
     BulkFlagForm,
     FlagForm,
+    TurnBulkForm,
     TurnFilterForm,
     TurnNoteForm,
     turn_list_query,
@@ -140,8 +146,25 @@ def turn_list(request: HttpRequest) -> HttpResponse:
             "sort_columns": [("batch", "Batch"), ("episode", "Episode"), ("turn", "Turn")],
             "choices": selectors_review.turn_filter_choices(),
             "can_review": request.user.has_perm(REVIEW_PERMISSION),
+            # The bar's actions on ticked turns (or on every match), and the list's filters
+            # and order they carry to the confirmation and back.
+            "bulk_actions": _bulk_actions(request),
+            "bulk_hidden": [
+                (k, v) for k, v in request.GET.items() if v and (k in form.fields or k == "sort")
+            ],
         },
     )
+
+
+def _bulk_actions(request: HttpRequest) -> list[tuple[str, str]]:
+    """The turn list's bulk actions this user may take: (name, the bar's words)."""
+    if not request.user.has_perm(REVIEW_PERMISSION):
+        return []
+    actions = [("flag", "Flag"), ("unflag", "Unflag"), ("note", "Note…")]
+    for collection in services_review.turn_collections():
+        if request.user.has_perm(collection.permission):
+            actions.append((collection.noun, f"Add to {collection.noun}…"))
+    return actions
 
 
 @require_http_methods(["GET", "POST"])
@@ -179,6 +202,89 @@ def turns_bulk_flag(request: HttpRequest) -> HttpResponse:
             "filter_query": filter_query,
             "hidden": [(k, v) for k, v in data.items() if k in form.fields and v],
         },
+    )
+
+
+# What each bulk action is refused past (none: the worker takes any number).
+_BULK_LIMITS = {"note": services_review.BULK_NOTE_MAX_TURNS}
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def turns_bulk(request: HttpRequest) -> HttpResponse:
+    """The turn list's bar: flag, unflag, note or add to a dataset the ticked turns, or every
+    turn the filters match. GET asks to confirm, naming how many; POST does it (flags on the
+    worker, as the bulk flag does; a note or an addition here, bounded)."""
+    data = request.POST if request.method == "POST" else request.GET
+    form = TurnBulkForm(data)
+    # The list as it was (filters and order): where Cancel and a finished action go back to.
+    list_query = _query_without(
+        data, "page", "after", "before", "csrfmiddlewaretoken", *TURN_BULK_FIELDS
+    )
+    back = reverse("rollouts:turn_list") + (f"?{list_query}" if list_query else "")
+    context: dict = {"form": form, "back": back, "error": ""}
+    if not form.is_valid():
+        context["error"] = " ".join(
+            f"{'' if name == '__all__' else name + ': '}{' '.join(errors)}"
+            for name, errors in form.errors.items()
+        )
+        return render(request, "rollouts/turns_bulk_action.html", context, status=400)
+    action, selection, collection = form.cleaned_data["action"], form.selection, form.collection
+    if collection is not None and not request.user.has_perm(collection.permission):
+        raise PermissionDenied
+    if request.method == "POST":
+        try:
+            if action in ("flag", "unflag"):
+                job = services_review.turn_bulk_flag_start(
+                    filters=selection, flagged=action == "flag", user=request.user
+                )
+                return redirect("rollouts:turn_bulk_flag_detail", job_id=job.id)
+            if action == "note":
+                done = services_review.turns_note_set(
+                    selection=selection, note=form.cleaned_data["note"], user=request.user
+                )
+                word = "Note set on" if form.cleaned_data["note"] else "Note cleared on"
+                messages.success(request, f"{word} {done:,} turn{'s' if done != 1 else ''}.")
+            else:
+                target = form.cleaned_data["target"]
+                if target is None:
+                    raise ValueError(f"{collection.noun}: choose one to add the turns to")
+                added = collection.add(target_id=target, selection=selection, user=request.user)
+                name = dict(collection.choices()).get(target, f"#{target}")
+                messages.success(
+                    request,
+                    f"Added {added:,} turn{'s' if added != 1 else ''} to {collection.noun} "
+                    f"{name!r}.",
+                )
+        except ValueError as exc:
+            context["error"] = str(exc)
+        else:
+            return redirect(back)
+    count = selectors_review.turns_count(turns=turns_selected(selection))
+    limit = collection.most if collection is not None else _BULK_LIMITS.get(action)
+    context.update(
+        {
+            "action": action,
+            "verb": TURN_ACTIONS.get(action, "Add"),
+            "collection": collection,
+            "targets": collection.choices() if collection is not None else [],
+            "scope": form.cleaned_data["scope"] or "selection",
+            "count": count,
+            "limit": limit,
+            "too_many": limit is not None and count.value > limit,
+            "summary": selection_summary(selection),
+            # Everything but the note and the target, which the confirmation asks for.
+            "hidden": [
+                (k, v)
+                for k in data
+                if k in form.fields and k not in ("note", "target")
+                for v in data.getlist(k)
+                if v
+            ],
+        }
+    )
+    return render(
+        request, "rollouts/turns_bulk_action.html", context, status=400 if context["error"] else 200
     )
 
 

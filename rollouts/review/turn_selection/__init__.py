@@ -17,6 +17,11 @@ Achievements have two meanings, both kept as options of their own:
 - `require_achievements` / `exclude_achievements`: the turn's *episode* unlocked all / none
   of these at some turn (`Episode.achievements`); a dataset's filter, which keeps every
   turn of a good episode.
+
+Turns named by id have two meanings as well:
+
+- `turn_ids`: these turns (the turn list's ticked rows), and whatever else the selection says;
+- `include_turns`: a dataset's include list, turns kept whatever the other filters say.
 """
 
 from rollouts.review.turn_selection.declaration import (
@@ -25,8 +30,10 @@ from rollouts.review.turn_selection.declaration import (
     EVERY_TURN,
     FLAGGED_CHOICES,
     FLAGGED_LABELS,
+    INCLUDE_TURNS_MAX,
     RELABELED_CHOICES,
     REWARD_CHOICES,
+    TURN_IDS_MAX,
     Filter,
     FilterError,
     TurnSelection,
@@ -61,9 +68,11 @@ __all__ = [
     "FLAGGED_CHOICES",
     "FLAGGED_LABELS",
     "GROUP_ORDER",
+    "INCLUDE_TURNS_MAX",
     "MEAN_TOLERANCE",
     "RELABELED_CHOICES",
     "REWARD_CHOICES",
+    "TURN_IDS_MAX",
     "Filter",
     "FilterError",
     "TurnSelection",

@@ -26,6 +26,14 @@ REWARD_CHOICES = ("any", "positive", "zero", "negative")
 # came back a 500 (OverflowError), not an empty page.
 BIGINT_MAX = 2**63 - 1
 
+# Turns picked by hand (the turn list's checkboxes): a page holds 50. Under Django's 1,000
+# fields a request may carry (DATA_UPLOAD_MAX_NUMBER_FIELDS), with the filters beside them.
+TURN_IDS_MAX = 500
+# A dataset's include list ("add to dataset" on the turn list), stored in its filter's JSON.
+INCLUDE_TURNS_MAX = 10_000
+# How many of a long list of ids a summary shows.
+SHOWN_ITEMS = 10
+
 
 class FilterError(ValueError):
     """A filter or export option is invalid; the message names it and says why, in one line."""
@@ -64,6 +72,11 @@ class Filter:
     minimum: int | None = None
     maximum: int | None = None
     bounds_message: str = ""
+    max_items: int | None = None  # a tuple filter's longest
+    word: str = ""  # how messages name it when it has neither a flag nor a list label
+    # Left out of the JSON while at its default, so a selection stored before the filter
+    # existed (a dataset, a version's snapshot, a Hugging Face card) keeps its bytes.
+    omitted_at_default: bool = False
 
     @property
     def dest(self) -> str:
@@ -271,6 +284,30 @@ class TurnSelection:
         flag="at-or-above-mean",
         flag_help="episodes whose reward is at least the mean of their seed's samples",
     )
+    # Picked by hand on the turn list: these turns (and what else the selection says). A bulk
+    # flag, a note or "add to dataset" of the ticked rows is a selection of them.
+    turn_ids: tuple[int, ...] = filter_option(
+        (),
+        word="turns",
+        item="turn",
+        minimum=1,
+        maximum=BIGINT_MAX,
+        bounds_message=f"turn ids are integers from 1 to {BIGINT_MAX}",
+        max_items=TURN_IDS_MAX,
+        omitted_at_default=True,
+    )
+    # A dataset's include list: these turns are kept whatever the other filters say (an OR
+    # in `turns_selected`); appended to from the turn list (`curation.services`).
+    include_turns: tuple[int, ...] = filter_option(
+        (),
+        word="included turns",
+        item="turn",
+        minimum=1,
+        maximum=BIGINT_MAX,
+        bounds_message=f"turn ids are integers from 1 to {BIGINT_MAX}",
+        max_items=INCLUDE_TURNS_MAX,
+        omitted_at_default=True,
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -287,7 +324,11 @@ class TurnSelection:
             )
 
     def to_json(self) -> dict[str, Any]:
-        return options_to_json(self)
+        data = options_to_json(self)
+        for f, spec in turn_filters():
+            if spec.omitted_at_default and getattr(self, f.name) == f.default:
+                del data[f.name]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> TurnSelection:
@@ -331,13 +372,15 @@ def filter_word(name: str) -> str:
         return spec.flag
     if spec.query:
         return (spec.query_label or spec.query).lower()
-    return name.replace("_", "-")
+    return spec.word or name.replace("_", "-")
 
 
 def _problem(name: str, spec: Filter, value: Any) -> str:
     """What is wrong with a filter's value against its declaration, or ""."""
     kind, many = filter_kind(name)
     values = value if many else (() if value is None else (value,))
+    if spec.max_items is not None and len(values) > spec.max_items:
+        return f"at most {spec.max_items:,} {spec.item}s, not {len(values):,}"
     if spec.choices:
         unknown = [v for v in values if v not in spec.choices]
         if unknown and many:
@@ -364,6 +407,9 @@ def filter_text(name: str, value: Any) -> str:
     shown = [
         ("yes" if v else "no") if isinstance(v, bool) else spec.choice_label(str(v)) for v in values
     ]
+    if spec.max_items is not None and len(shown) > SHOWN_ITEMS:
+        # Ids picked by hand run to thousands: the first few, and how many.
+        return ", ".join(shown[:SHOWN_ITEMS]) + f", … ({len(shown):,} {spec.item}s)"
     return ", ".join(shown)
 
 

@@ -44,6 +44,9 @@ def turns_selected(
     each turn against the whole array; nor for counts: the planner's estimate, shown past
     STUDIO_EXACT_COUNT_UP_TO, assumes a short array.
 
+    A dataset's include list (`include_turns`) is OR'ed in last: those turns are selected
+    whatever the other conditions say.
+
     `episode_joined` (pages in the order of an episode's column: seed, batch) puts the
     conditions on the turn's own episode and batch rows, joined: the planner then walks the
     episodes in that column's order off an episode index (episode_seed_order_idx,
@@ -53,18 +56,28 @@ def turns_selected(
     """
     qs = Turn.objects.all()
     if episode_joined:
-        return _turn_conditions(qs.filter(_episode_conditions(selection, "episode__")), selection)
+        qs = _turn_conditions(qs.filter(_episode_conditions(selection, "episode__")), selection)
+        return _with_included(qs, selection)
     episodes = _episodes_matching(selection)
     if episodes is not None:
         if for_pages and connection.vendor == "postgresql":
             qs = qs.filter(_AnyOf(F("episode_id"), ArraySubquery(episodes.values("id"))))
         else:
             qs = qs.filter(Exists(episodes.filter(id=OuterRef("episode_id"))))
-    return _turn_conditions(qs, selection)
+    return _with_included(_turn_conditions(qs, selection), selection)
+
+
+def _with_included(qs: QuerySet[Turn], selection: TurnSelection) -> QuerySet[Turn]:
+    """The selected turns, and those of the include list whatever the other conditions."""
+    if not selection.include_turns:
+        return qs
+    return qs | Turn.objects.filter(id__in=selection.include_turns)
 
 
 def _turn_conditions(qs: QuerySet[Turn], selection: TurnSelection) -> QuerySet[Turn]:
     """The selection's conditions on the turn itself."""
+    if selection.turn_ids:
+        qs = qs.filter(id__in=selection.turn_ids)
     if selection.turn_unlocked:
         for name in selection.turn_unlocked:
             qs = qs.filter(_unlocked_lookup(name))
