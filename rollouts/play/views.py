@@ -156,15 +156,18 @@ def episode_fork(request: HttpRequest, episode_id: int) -> HttpResponse:
     except (services_fork.ForkError, SettingsError) as exc:
         messages.error(request, f"Fork not made: {exc}")
         return redirect(back + str(data["turn"]))
+    # The fork opens at the turn it was made at, not at its replayed opening; until a worker
+    # has recorded that turn, the page says so and asks again on its own.
+    at_fork = f"{reverse('rollouts:episode_detail', args=[episode.id])}?turn={data['turn']}"
     if episode.status == Episode.Status.FAILED:
         messages.error(request, f"Fork failed: {episode.error}")
-        return redirect("rollouts:episode_detail", episode_id=episode.id)
+        return redirect(at_fork)
     if settings.policy == HUMAN_POLICY:
         return redirect("rollouts:play", episode_id=episode.id)
     messages.success(
         request, f"Fork started: episode {episode.id} replays turns 0-{data['turn'] - 1} first."
     )
-    return redirect("rollouts:episode_detail", episode_id=episode.id)
+    return redirect(at_fork)
 
 
 @require_POST

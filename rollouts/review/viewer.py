@@ -242,9 +242,10 @@ _VIEWER_FIELDS = (
 )
 
 
-def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
-    """Everything the viewer shows of one turn; Turn.DoesNotExist when the episode has none
-    of that index (or there is no such episode).
+def episode_turn(*, episode_id: int, index: int, whole: bool = False) -> dict[str, Any]:
+    """Everything the viewer shows of one turn, its long texts cut for the page unless
+    `whole`; Turn.DoesNotExist when the episode has none of that index (or there is no such
+    episode).
 
     Every string in it is model output and is only ever set as text.
     """
@@ -262,6 +263,7 @@ def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
         "model_text": row["model_text"],
         "reasoning": row["reasoning_text"],
         "tool_calls": row["tool_calls"],
+        "calls": [tool_call_shown(call) for call in row["tool_calls"] or []],
         "actions": row["actions"],
         "reward": row["reward"],
         "unlocked": row["achievements_unlocked"],
@@ -278,7 +280,10 @@ def episode_turn(*, episode_id: int, index: int) -> dict[str, Any]:
         "truncated": row["truncated"],
         "relabel": _relabel(row),
     }
-    clip_for_page(turn)
+    if whole:
+        turn["clipped"] = {}
+    else:
+        clip_for_page(turn)
     return turn
 
 
@@ -323,10 +328,50 @@ def clip_for_page(turn: dict[str, Any]) -> None:
             turn[name] = value[:PAGE_TEXT_CHARS] + "…"
             clipped[name] = len(value)
     calls = turn.get("tool_calls") or []
-    if any(len(_arguments(call)) > PAGE_TEXT_CHARS for call in calls):
-        clipped["tool_calls"] = len(turn_tool_calls_text(calls))
+    shown = turn.get("calls") or []
+    if any(len(_arguments(call)) > PAGE_TEXT_CHARS for call in calls) or any(
+        len(call["arguments"]) > PAGE_TEXT_CHARS for call in shown
+    ):
+        # The length of what "Show all" brings: every call's arguments as the viewer shows them.
+        clipped["tool_calls"] = sum(len(call["arguments"]) for call in shown)
         turn["tool_calls"] = [_clip_arguments(call) for call in calls]
+        turn["calls"] = [_clip_shown(call) for call in shown]
     turn["clipped"] = clipped
+
+
+def tool_call_shown(call: Any) -> dict[str, Any]:
+    """A recorded tool call as the viewer shows it: its arguments as indented JSON when they
+    parse, or as the raw text the model sent, marked `malformed`, when they do not.
+
+    The model wrote every string in it: the viewer sets them as text, never as HTML.
+    """
+    call = call if isinstance(call, dict) else {}
+    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    raw = _arguments(call)
+    try:
+        # NaN and Infinity parse in Python but are no JSON (the tool's schema asks for JSON).
+        value = json.loads(raw, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        arguments, malformed = raw, True
+    else:
+        arguments, malformed = json.dumps(value, indent=2, ensure_ascii=False), False
+    call_id, name = call.get("id"), function.get("name")
+    return {
+        "id": call_id if isinstance(call_id, str) else "",
+        "name": name if isinstance(name, str) else "",
+        "arguments": arguments,
+        "malformed": malformed,
+    }
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _clip_shown(call: dict[str, Any]) -> dict[str, Any]:
+    if len(call["arguments"]) <= PAGE_TEXT_CHARS:
+        return call
+    return {**call, "arguments": call["arguments"][:PAGE_TEXT_CHARS] + "…"}
 
 
 def _arguments(call: Any) -> str:
@@ -346,7 +391,7 @@ def _clip_arguments(call: Any) -> Any:
 
 
 def turn_tool_calls_text(calls: Any) -> str:
-    # As the viewer shows them (JSON.stringify(calls, null, 2)).
+    # The calls as recorded; the viewer shows them as `tool_call_shown` makes them.
     return json.dumps(calls, indent=2, ensure_ascii=False)
 
 

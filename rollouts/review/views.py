@@ -25,7 +25,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from rollouts.game.crafter_env import KEY_MAP
-from rollouts.models import REVIEW_PERMISSION, Episode, Turn, TurnBulkFlag
+from rollouts.models import REVIEW_PERMISSION, Episode, RolloutBatch, Turn, TurnBulkFlag
 from rollouts.play import selectors as selectors_play
 from rollouts.play.forms import ForkForm
 from rollouts.review import selectors as selectors_review
@@ -62,6 +62,20 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         start = int(turn) if len(turn) <= 12 else 0
     except ValueError:
         start = 0
+    episode = index.episode
+    # An episode a worker has still to record the turn it is opened at (a new fork opens at
+    # its fork turn) shows that it is waiting, and asks again every second until it can show
+    # it. A person's game waits for its player instead: its page says where it is played.
+    waiting = (
+        episode.status in (Episode.Status.PENDING, Episode.Status.RUNNING)
+        and episode.batch.policy != RolloutBatch.Policy.HUMAN
+        and (index.count == 0 or (episode.forked_from_id is not None and start >= index.count))
+    )
+    if request.htmx and request.headers.get("HX-Trigger") == "episode-waiting":
+        if waiting:
+            return render(request, "rollouts/partials/episode_waiting.html", {"episode": episode})
+        # Its turns are here (or it ended without them): the whole page, at the same address.
+        return HttpResponse(headers={"HX-Refresh": "true"})
     start = min(max(start, 0), max(index.count - 1, 0))
     can_review = request.user.has_perm(REVIEW_PERMISSION)
     forks = selectors_play.episode_forks(episode_id=episode_id)
@@ -82,8 +96,9 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
         request,
         "rollouts/episode_detail.html",
         {
-            "episode": index.episode,
-            "batch": index.episode.batch,
+            "episode": episode,
+            "batch": episode.batch,
+            "waiting": waiting,
             "turn_count": index.count,
             # JSON escaped for a <script> element by the selector (as `json_script` does).
             "turn_index": mark_safe(index.recorded_json),
@@ -105,7 +120,10 @@ def episode_turn(request: HttpRequest, episode_id: int, index: int) -> HttpRespo
     """One turn of the viewer, as JSON: the page carries an index, the turn at the cursor
     (and its neighbours) come from here. The page's permission: any signed-in user."""
     try:
-        turn = viewer.episode_turn(episode_id=episode_id, index=index)
+        # `whole`: its long texts uncut, for the viewer's "Show all" of tool calls.
+        turn = viewer.episode_turn(
+            episode_id=episode_id, index=index, whole=request.GET.get("whole") == "1"
+        )
     except Turn.DoesNotExist as exc:
         raise Http404("no such turn") from exc
     return JsonResponse(turn)

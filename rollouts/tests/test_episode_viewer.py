@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 
 from django.urls import reverse
 
 from rollouts.models import Turn
-from rollouts.review.viewer import episode_index
+from rollouts.review.viewer import PAGE_TEXT_CHARS, episode_index
 from rollouts.tests.helpers import seed_episode
 
 TURNS = 10_000
@@ -161,3 +162,45 @@ def test_an_episode_still_playing_is_indexed_afresh_every_time(viewer_client, db
     context, read = _page_reads_turn_rows(viewer_client, episode.id)
     assert read
     assert '"errors":[7]' in str(context["turn_index"])
+
+
+def test_it_gives_tool_call_arguments_as_indented_json_or_as_sent_marked(viewer_client, db):
+    episode = seed_episode(turns=3, observation="o {i}", model_text="m {i}")
+    hostile = '{"actions": ["do"], "note": "<img src=x onerror=alert(1)>"'  # unclosed
+    long = json.dumps({"actions": ["noop"], "pad": "x" * 3000})
+    calls = {
+        0: [_call("call_0", "interact_many", '{"actions":["move_left","do"]}')],
+        1: [_call("call_1", "interact_many", hostile), _call("call_2", "interact_many", "NaN")],
+        2: [_call("call_3", "interact_many", long)],
+    }
+    for index, turn_calls in calls.items():
+        Turn.objects.filter(episode=episode, index=index).update(tool_calls=turn_calls)
+
+    valid = viewer_client.get(_turn_url(episode.id, 0)).json()
+    assert valid["calls"] == [
+        {
+            "id": "call_0",
+            "name": "interact_many",
+            "arguments": '{\n  "actions": [\n    "move_left",\n    "do"\n  ]\n}',
+            "malformed": False,
+        }
+    ]
+    # As recorded, beside what the viewer shows.
+    assert valid["tool_calls"][0]["function"]["arguments"] == '{"actions":["move_left","do"]}'
+
+    malformed = viewer_client.get(_turn_url(episode.id, 1)).json()["calls"]
+    assert [(c["arguments"], c["malformed"]) for c in malformed] == [
+        (hostile, True),
+        ("NaN", True),
+    ]
+
+    cut = viewer_client.get(_turn_url(episode.id, 2)).json()
+    pretty = json.dumps(json.loads(long), indent=2)
+    assert cut["calls"][0]["arguments"] == pretty[:PAGE_TEXT_CHARS] + "…"
+    assert cut["clipped"] == {"tool_calls": len(pretty)}
+    whole = viewer_client.get(_turn_url(episode.id, 2), {"whole": "1"}).json()
+    assert whole["calls"][0]["arguments"] == pretty and whole["clipped"] == {}
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

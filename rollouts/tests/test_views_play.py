@@ -213,10 +213,26 @@ def test_a_fork_played_by_a_model_uses_a_named_endpoint_never_a_typed_url(
         url, {"turn": 4, "policy": "openai", "model": "test-vlm", "endpoint": "local-test"}
     )
     fork = Episode.objects.get(forked_from=scripted)
-    assert made["Location"] == reverse("rollouts:episode_detail", args=[fork.id])
+    # The fork opens at the turn it was made at; until a worker records it, the page waits.
+    at_fork = reverse("rollouts:episode_detail", args=[fork.id]) + "?turn=4"
+    assert made["Location"] == at_fork
     assert (fork.batch.policy, fork.batch.endpoint) == ("openai", chat_server.url)
     assert fork.batch.settings["endpoint"] == "local-test"
+    waiting = editor_client.get(at_fork).content.decode()
+    assert 'id="episode-waiting"' in waiting and 'id="viewer"' not in waiting
+    assert f'hx-get="{at_fork}"' in waiting
+    assert "Replaying episode" in waiting and "Reload in a moment" not in waiting
+    poll = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TRIGGER": "episode-waiting"}
+    again = editor_client.get(at_fork, **poll)
+    assert again.status_code == 200 and "HX-Refresh" not in again
+    assert b'id="episode-waiting"' in again.content and b"<html" not in again.content
     assert services.episode_run(episode_id=fork.id) == "finished"
+    # Its turns are recorded: the next poll has the browser load the viewer at turn 4.
+    done = editor_client.get(at_fork, **poll)
+    assert done.status_code == 200 and done["HX-Refresh"] == "true"
+    viewer = editor_client.get(at_fork)
+    assert viewer.context["viewer_config"]["turnIndex"] == 4
+    assert b'id="episode-waiting"' not in viewer.content
     assert [t.actions for t in fork.turns.order_by("index")][4:] == [["do"]] * 8
     # The model saw the fork's own turns only: the replayed ones asked it nothing.
     assert len(chat_server.requests) == 8

@@ -6,14 +6,16 @@ need DJANGO_ALLOW_ASYNC_UNSAFE (set for these tests only). Never downloads a bro
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from playwright.sync_api import Page, expect
 
-from rollouts.models import Episode, Turn
+from rollouts.models import Episode, Turn, TurnRelabel
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 
@@ -207,3 +209,188 @@ def test_it_loads_each_turns_text_as_the_cursor_moves_and_after_a_far_jump(
     assert not [url for url in asked if url.endswith("/turns/1235/")], asked
     page.keyboard.press("Home")
     expect(model_text).to_have_text("Said at 0.")
+
+
+# What a new user walked through at a phone's width and a desktop's (issue 32).
+WIDTHS = [390, 1400]
+
+
+def _fits(page: Page, width: int) -> None:
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, f"the page scrolls sideways at {width} px: {scroll} px wide"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_note_saved_with_ctrl_enter_gives_the_keys_back_to_the_viewer(
+    studio_page: Page, live_server, width: int
+):
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _user("reviewer", editor=True)
+    episode = _played_episode(steps=12, seed=5)
+    turn_count = episode.turns.count()
+    _log_in(page, live_server.url, f"/episodes/{episode.id}/", "reviewer")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#turn-pos")).to_have_text(f"2 / {turn_count}")
+    note = page.locator("#note")
+    expect(note).to_be_enabled()  # the turn's note is here
+    page.keyboard.press("n")
+    expect(note).to_be_focused()
+    page.keyboard.type("Walks past the tree.")
+    with page.expect_response(lambda r: "/note/" in r.url) as saved:
+        page.keyboard.press("Control+Enter")
+    assert saved.value.status == 200
+    expect(page.locator("#review-status")).to_have_text("saved")
+    expect(note).not_to_be_focused()
+
+    # The next keys are the viewer's again: r relabels, then a, a, Space pick three actions.
+    for key in ("r", "a", "a", "Space"):
+        page.keyboard.press(key)
+    picked = page.locator("#relabel-picked .chip")
+    expect(picked).to_have_text(["move_left", "move_left", "do"])
+    with page.expect_response(lambda r: "/relabel/" in r.url) as relabeled:
+        page.keyboard.press("Enter")
+    assert relabeled.value.status == 200
+    correction = page.locator('[data-field="relabel"] .chip')
+    expect(correction).to_have_text(["move_left", "move_left", "do"])
+    expect(note).to_have_value("Walks past the tree.")
+    turn = Turn.objects.get(episode=episode, index=1)
+    assert turn.note == "Walks past the tree."
+    assert TurnRelabel.objects.get(turn=turn).actions == ["move_left", "move_left", "do"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_r_on_a_corrected_turn_shows_the_saved_correction_and_replaces_it(
+    studio_page: Page, live_server, width: int
+):
+    from rollouts.review.services import turn_relabel
+
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    reviewer = _user("reviewer", editor=True)
+    episode = _played_episode(steps=12, seed=5)
+    turn = Turn.objects.get(episode=episode, index=1)
+    turn_relabel(turn=turn, actions=["move_left", "move_left", "do"], reason="tree", user=reviewer)
+    _log_in(page, live_server.url, f"/episodes/{episode.id}/", "reviewer")
+    page.keyboard.press("ArrowRight")
+    correction = page.locator('[data-field="relabel"] .chip')
+    expect(correction).to_have_text(["move_left", "move_left", "do"])
+
+    # The saved correction is shown as such; the keys pick what replaces it.
+    picked = page.locator("#relabel-picked .chip")
+    page.keyboard.press("r")
+    expect(page.locator("#relabel-editor")).to_be_visible()
+    expect(picked).to_have_count(0)
+    expect(page.locator("#relabel-saved")).to_be_visible()
+    expect(page.locator("#relabel-saved-actions .chip")).to_have_text(
+        ["move_left", "move_left", "do"]
+    )
+    expect(page.locator("#relabel-save")).to_have_text("Replace correction")
+    page.keyboard.press("t")
+    page.keyboard.press("Space")
+    expect(picked).to_have_text(["place_table", "do"])
+    _fits(page, width)
+    page.screenshot(path=str(ROOT / "var" / "screenshots" / f"episode-viewer-relabel-{width}.png"))
+    with page.expect_response(lambda r: "/relabel/" in r.url) as replaced:
+        page.keyboard.press("Enter")
+    assert replaced.value.status == 200
+    expect(correction).to_have_text(["place_table", "do"])
+    assert TurnRelabel.objects.get(turn=turn).actions == ["place_table", "do"]
+
+    # Adding to it is asked for: "Start from it" puts the saved actions back in the picks.
+    page.keyboard.press("r")
+    page.click("#relabel-extend")
+    page.keyboard.press("n")
+    expect(picked).to_have_text(["place_table", "do", "noop"])
+    page.keyboard.press("Escape")
+    expect(page.locator("#relabel-editor")).to_be_hidden()
+    assert TurnRelabel.objects.get(turn=turn).actions == ["place_table", "do"]
+
+
+def _tool_call(arguments: str) -> list[dict]:
+    function = {"name": "interact_many", "arguments": arguments}
+    return [{"id": "call_1", "type": "function", "function": function}]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_tool_call_arguments_show_as_indented_json_and_malformed_ones_as_sent(
+    studio_page: Page, live_server, width: int
+):
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _user("reader", editor=False)
+    episode = _played_episode(steps=6, seed=6)
+    malformed = '{"actions": ["do"], "why": "<img src=x onerror=\\"window.pwned=1\\">"'
+    long = json.dumps({"actions": ["noop"], "pad": "x" * 3000})
+    for index, arguments in enumerate(['{"actions":["move_left","do"]}', malformed, long]):
+        Turn.objects.filter(episode=episode, index=index).update(tool_calls=_tool_call(arguments))
+    _log_in(page, live_server.url, f"/episodes/{episode.id}/", "reader")
+    call = page.locator('[data-field="tool_calls"] .call')
+    shown = call.locator("pre")
+    pretty = '{\n  "actions": [\n    "move_left",\n    "do"\n  ]\n}'
+    expect(shown).to_have_text(pretty)
+    assert shown.text_content() == pretty
+    expect(call.locator(".call-head code")).to_have_text("interact_many")
+    expect(call.locator(".chip.warn")).to_have_count(0)
+    _fits(page, width)
+
+    page.keyboard.press("ArrowRight")
+    expect(call.locator(".chip.warn")).to_have_text("not JSON: the arguments as sent")
+    expect(shown).to_have_text(malformed)
+    assert shown.text_content() == malformed
+    assert page.evaluate("window.pwned") is None  # shown as text, never run
+
+    page.keyboard.press("ArrowRight")
+    whole = json.dumps(json.loads(long), indent=2)
+    expect(shown).to_contain_text('"pad": "xxx')
+    assert shown.text_content() == whole[:2000] + "…"
+    page.click("text=Show all")
+    expect(shown).to_have_text(whole)
+    assert shown.text_content() == whole
+    _fits(page, width)
+    page.keyboard.press("ArrowLeft")
+    expect(call.locator(".chip.warn")).to_have_count(1)
+    shots = ROOT / "var" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    call.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"episode-viewer-tool-calls-{width}.png"))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_fork_from_the_viewer_opens_at_its_turn_once_recorded_without_a_reload(
+    studio_page: Page, live_server, width: int
+):
+    from studio.testing import queue_purge
+
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _user("forker", editor=True)
+    episode = _played_episode(steps=20, seed=7)
+    _log_in(page, live_server.url, f"/episodes/{episode.id}/", "forker")
+    for _ in range(5):
+        page.keyboard.press("ArrowRight")
+    expect(page.locator("#turn-pos")).to_have_text(f"6 / {episode.turns.count()}")
+    page.click("#fork-box summary")
+    page.select_option("#fork-form select[name=policy]", "scripted")
+    _fits(page, width)
+    page.click("#fork-submit")
+    expect(page).to_have_url(re.compile(r"/episodes/\d+/\?turn=5$"))
+    fork = Episode.objects.get(forked_from=episode)
+    at_fork = f"{live_server.url}/episodes/{fork.id}/?turn=5"
+    assert page.url == at_fork
+    # No worker yet: the page says what it waits for, and asks again on its own.
+    waiting = page.locator("#episode-waiting")
+    expect(waiting).to_contain_text(f"Replaying episode {episode.id} up to turn 5")
+    expect(page.locator("#viewer")).to_have_count(0)
+    with page.expect_response(lambda r: r.url == at_fork and r.request.headers.get("hx-request")):
+        pass
+    expect(waiting).to_be_visible()
+    _fits(page, width)
+
+    # The worker's part, played here: the page shows the fork at turn 5 without a reload.
+    assert services.episode_run(episode_id=fork.id) == "finished"
+    queue_purge()  # the fork's task, sent to a broker no worker of this test reads
+    expect(page.locator("#turn-pos")).to_have_text(f"6 / {fork.turns.count()}")
+    assert page.url == at_fork
+    expect(page.locator("#forked-from")).to_have_text(f"episode {episode.id} at turn 5")
+    _fits(page, width)

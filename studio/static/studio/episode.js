@@ -41,6 +41,7 @@
   // Turns whose fetch failed: not asked again until the cursor comes back to them.
   const failed = new Set();
 
+  const viewerNode = document.getElementById("viewer");
   const panel = document.getElementById("turn-panel");
   const mainImage = document.getElementById("frame-main");
   const scrubber = document.getElementById("scrubber");
@@ -61,6 +62,11 @@
   const editor = document.getElementById("relabel-editor");
   const picked = document.getElementById("relabel-picked");
   const reasonInput = document.getElementById("relabel-reason");
+  const savedBox = document.getElementById("relabel-saved");
+  const savedActions = document.getElementById("relabel-saved-actions");
+  const pickedLabel = document.getElementById("relabel-picked-label");
+  const saveButton = document.getElementById("relabel-save");
+  const removeButton = document.getElementById("relabel-remove");
   const forkForm = document.getElementById("fork-form");
   const forkTurn = document.getElementById("fork-turn");
   const forkCorrection = document.getElementById("fork-correction");
@@ -68,6 +74,7 @@
   const MAX_RELABEL = 8;
   let picks = [];
   let editing = -1; // the position whose correction the editor holds
+  let saved = null; // the correction stored for it, when it has one
   let cursor = 0;
 
   function marks(positions) {
@@ -89,7 +96,11 @@
   // --- turn details: fetched by turn index, kept for the positions around the cursor ---
 
   function detailUrl(p) {
-    return config.turnUrl.replace(/\/0\/$/, "/" + Number(turnNumbers[p]) + "/");
+    return turnUrl(turnNumbers[p]);
+  }
+
+  function turnUrl(turnIndex) {
+    return config.turnUrl.replace(/\/0\/$/, "/" + Number(turnIndex) + "/");
   }
 
   function load(p) {
@@ -326,8 +337,8 @@
       setText("model_text", turn.model_text);
       field("model_text").classList.remove("muted");
     }
-    setText("tool_calls", turn.tool_calls.length ? JSON.stringify(turn.tool_calls, null, 2) : "");
-    section("tool_calls", turn.tool_calls.length > 0);
+    renderCalls(turn.calls);
+    section("tool_calls", turn.calls.length > 0);
     setText("reasoning", turn.reasoning);
     section("reasoning", Boolean(turn.reasoning));
     setText("observation", turn.observation);
@@ -348,6 +359,56 @@
     renderReview(cursor);
   }
 
+  // Each tool call: its name, then its arguments as indented JSON, or, when they are no
+  // JSON, the text the model sent, marked (viewer.tool_call_shown). All of it is set as text.
+  function renderCalls(calls) {
+    const box = field("tool_calls");
+    box.replaceChildren();
+    for (const call of calls) {
+      const item = document.createElement("div");
+      item.className = "call" + (call.malformed ? " malformed" : "");
+      const head = document.createElement("p");
+      head.className = "call-head";
+      const name = document.createElement("code");
+      name.textContent = call.name || "(no name)";
+      head.appendChild(name);
+      if (call.id) {
+        const id = document.createElement("small");
+        id.className = "muted";
+        id.textContent = " " + call.id;
+        head.appendChild(id);
+      }
+      if (call.malformed) {
+        const mark = document.createElement("span");
+        mark.className = "chip warn";
+        mark.textContent = "not JSON: the arguments as sent";
+        head.append(" ", mark);
+      }
+      const args = document.createElement("pre");
+      args.className = "code";
+      args.textContent = call.arguments === "" ? "(empty)" : call.arguments;
+      item.append(head, args);
+      box.appendChild(item);
+    }
+  }
+
+  // The rest of a long text: as text from its own view; tool calls as the viewer shows them,
+  // from the turn's view uncut.
+  function loadRest(turn, name) {
+    if (name === "tool_calls") {
+      const headers = { Accept: "application/json" };
+      return fetch(turnUrl(turn.index) + "?whole=1", { credentials: "same-origin", headers: headers })
+        .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+        .then((whole) => () => renderCalls(whole.calls));
+    }
+    const url = idUrl(config.textUrl, turn.id).replace("/model_text/", "/" + name + "/");
+    return fetch(url, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
+      .then((text) => () => {
+        field(name).textContent = text;
+      });
+  }
+
   // Long texts arrive cut (selectors_review.clip_for_page); a button loads the rest as text.
   function renderClipped(turn) {
     panel.querySelectorAll(".load-rest").forEach((node) => node.remove());
@@ -359,11 +420,9 @@
       button.textContent = "Show all (" + Number(length) + " characters)";
       button.addEventListener("click", () => {
         button.disabled = true;
-        const url = idUrl(config.textUrl, turn.id).replace("/model_text/", "/" + name + "/");
-        fetch(url, { credentials: "same-origin" })
-          .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
-          .then((text) => {
-            if (details.get(cursor) === turn) target.textContent = text;
+        loadRest(turn, name)
+          .then((show) => {
+            if (details.get(cursor) === turn) show();
             button.remove();
           })
           .catch(() => {
@@ -405,7 +464,7 @@
     if (!picks.length) {
       const hint = document.createElement("span");
       hint.className = "muted small";
-      hint.textContent = "no action picked yet";
+      hint.textContent = "no action picked yet" + (saved ? ": the keys pick what replaces the saved correction" : "");
       picked.appendChild(hint);
     }
   }
@@ -417,12 +476,34 @@
     }
     withDetail((turn, p) => {
       editing = p;
-      picks = turn.relabel ? turn.relabel.actions.slice() : [];
-      reasonInput.value = turn.relabel ? turn.relabel.reason : "";
+      // A turn corrected before: its correction is shown as saved, and the keys pick a new
+      // one that replaces it (never appended to it, unless asked with "Start from it").
+      saved = turn.relabel;
+      picks = [];
+      reasonInput.value = "";
+      savedBox.hidden = !saved;
+      savedActions.replaceChildren();
+      for (const action of saved ? saved.actions : []) {
+        const chip = document.createElement("span");
+        chip.className = "chip action ok";
+        chip.textContent = action;
+        savedActions.appendChild(chip);
+      }
+      saveButton.textContent = saved ? "Replace correction" : "Save correction";
+      pickedLabel.textContent = saved ? "Replacement:" : "Picked:";
+      removeButton.hidden = !saved;
       editor.hidden = false;
       renderPicks();
       editor.scrollIntoView({ block: "nearest" });
     });
+  }
+
+  function startFromSaved() {
+    if (!saved) return;
+    picks = saved.actions.slice(0, MAX_RELABEL);
+    reasonInput.value = saved.reason || "";
+    renderPicks();
+    editor.focus({ preventScroll: true }); // keys pick again, not press this button
   }
 
   function closeEditor() {
@@ -662,6 +743,13 @@
     if (noteInput && turn && noteInput.value.trim() !== (turn.note || "")) saveNote();
   }
 
+  // Out of the note, back to the viewer's keys: the next `r` or `a` is a shortcut again, not
+  // a letter of the note.
+  function backToViewer() {
+    if (viewerNode) viewerNode.focus({ preventScroll: true });
+    else if (document.activeElement) document.activeElement.blur();
+  }
+
   function toggleHelp(show) {
     help.hidden = show === undefined ? !help.hidden : !show;
   }
@@ -715,8 +803,9 @@
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
         event.preventDefault();
         saveNote();
+        backToViewer();
       } else if (event.key === "Escape") {
-        noteInput.blur();
+        backToViewer();
       }
       return;
     }
@@ -767,7 +856,8 @@
           say("You can look; notes need the review permission.", true);
           break;
         }
-        noteInput.focus();
+        // The box opens once the turn's own note is here (it is disabled until then).
+        withDetail(() => noteInput.focus());
         break;
       case "?":
         toggleHelp();
@@ -798,6 +888,7 @@
     noteForm.addEventListener("submit", (event) => {
       event.preventDefault();
       saveNote();
+      backToViewer();
     });
     noteInput.addEventListener("blur", saveNoteIfChanged);
   }
@@ -818,9 +909,10 @@
       const button = event.target.closest("[data-pick]");
       if (button) pick(button.dataset.pick);
     });
-    document.getElementById("relabel-save").addEventListener("click", saveRelabel);
+    saveButton.addEventListener("click", saveRelabel);
+    document.getElementById("relabel-extend").addEventListener("click", startFromSaved);
     document.getElementById("relabel-cancel").addEventListener("click", closeEditor);
-    document.getElementById("relabel-remove").addEventListener("click", () => sendRelabel({ remove: "1" }));
+    removeButton.addEventListener("click", () => sendRelabel({ remove: "1" }));
     document.getElementById("fork-with-correction").addEventListener("click", () => {
       forkCorrection.disabled = false;
       forkCorrection.checked = true;
