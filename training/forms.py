@@ -9,7 +9,8 @@ from django import forms
 
 from curation.models import DatasetVersion
 from studio.endpoints import endpoints_enabled
-from training.config import reference_text
+from studio.models import Endpoint
+from training.config import ConfigError, config_load, reference_text
 from training.providers import PROVIDERS
 from training.services import Submission, SubmissionError
 from training.submission import submission_build
@@ -20,6 +21,22 @@ _LINE = re.compile(r"\(line (\d+)\)")
 class VersionChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: DatasetVersion) -> str:
         return f"{obj.dataset.name} v{obj.number} ({obj.rows} rows, #{obj.id})"
+
+
+class EndpointSelect(forms.Select):
+    """Each option says its provider (`data-kind`): training.js lists only the endpoints of
+    the provider chosen, so a provider and an endpoint of another never meet."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kinds: dict[str, str] = {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        kind = self.kinds.get(str(value))
+        if kind:
+            option["attrs"]["data-kind"] = kind
+        return option
 
 
 def _done_versions():
@@ -37,7 +54,8 @@ class TrainingJobForm(forms.Form):
     )
     provider = forms.ChoiceField(choices=[(p, p) for p in PROVIDERS], initial="synth")
     endpoint = forms.ChoiceField(
-        help_text="Named by an admin; the key is read on the worker from the variable it names."
+        widget=EndpointSelect,
+        help_text="Named by an admin; the key is read on the worker from the variable it names.",
     )
     model = forms.CharField(
         required=False, max_length=200, help_text="Empty: [job] model of the config."
@@ -59,8 +77,26 @@ class TrainingJobForm(forms.Form):
             (e.name, f"{e.name} ({e.kind}, {e.base_url})") for e in endpoints
         ]
         self.endpoint_kinds = {e.name: e.kind for e in endpoints}
+        self.fields["endpoint"].widget.kinds = self.endpoint_kinds
+        if not self.is_bound:
+            self._initial_choices(endpoints)
         self.submission: Submission | None = None
         self.config_errors: list[tuple[int | None, str]] = []
+
+    def _initial_choices(self, endpoints: list[Endpoint]) -> None:
+        """What a new form can choose alone: a provider that has an endpoint, its first
+        endpoint, and the dataset version when there is only one."""
+        provider = self.initial.get("provider") or self.fields["provider"].initial
+        kinds = [e.kind for e in endpoints]
+        if kinds and provider not in kinds:
+            provider = kinds[0]
+            self.initial.setdefault("provider", provider)
+        first = next((e.name for e in endpoints if e.kind == provider), None)
+        if first is not None:
+            self.initial.setdefault("endpoint", first)
+        versions = list(self.fields["dataset_version"].queryset.values_list("id", flat=True)[:2])
+        if len(versions) == 1:
+            self.initial.setdefault("dataset_version", versions[0])
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -68,7 +104,15 @@ class TrainingJobForm(forms.Form):
         provider = data.get("provider")
         if endpoint and provider and self.endpoint_kinds.get(endpoint) != provider:
             self.add_error("endpoint", f"{endpoint!r} is not a {provider} endpoint")
-        if self.errors or "config" not in data:
+        if "config" not in data:
+            return data
+        if self.errors:
+            # Another field is wrong: the config is still checked on its own, so that its
+            # errors stay beside their lines until they are fixed.
+            try:
+                config_load(data["config"].replace("\r\n", "\n"))
+            except ConfigError as exc:
+                self._config_refused(exc.lines())
             return data
         version, validation = data.get("dataset_version"), data.get("validation_version")
         try:
@@ -81,11 +125,26 @@ class TrainingJobForm(forms.Form):
                 model=data.get("model") or "",
             )
         except SubmissionError as exc:
-            for line in exc.lines:
-                match = _LINE.search(line)
-                self.config_errors.append((int(match.group(1)) if match else None, line))
-            self.add_error("config", f"{len(exc.lines)} problem(s): see beside the lines")
+            self._config_refused(exc.lines)
         return data
+
+    def _config_refused(self, lines: list[str]) -> None:
+        for line in lines:
+            match = _LINE.search(line)
+            self.config_errors.append((int(match.group(1)) if match else None, line))
+        self.add_error("config", f"{len(lines)} problem(s): see beside the lines")
+
+    @property
+    def field_errors(self) -> list[tuple[str, str]]:
+        """(field label or "", message) of the errors not listed as config problems: the
+        side panel shows them too, as a live check replaces only the panel."""
+        found: list[tuple[str, str]] = []
+        for name, errors in self.errors.items():
+            if name == "config" and self.config_errors:
+                continue
+            label = str(self[name].label) if name in self.fields else ""
+            found.extend((label, str(error)) for error in errors)
+        return found
 
     @property
     def error_lines(self) -> list[int]:

@@ -134,3 +134,39 @@ def test_it_lets_a_submitter_cancel_a_pending_job(client, submitter, train_versi
     assert response.status_code == 302
     job.refresh_from_db()
     assert job.status == "canceled"
+
+
+def test_it_tags_each_endpoint_with_its_provider_and_picks_a_lone_version(
+    client, submitter, synth_endpoint, train_version
+):
+    Endpoint.objects.create(
+        name="openai-local", kind="openai", base_url="http://127.0.0.1:9/v1", api_key_env="K"
+    )
+    client.force_login(submitter)
+    form = client.get("/training/new/").context["form"]
+    assert (form["dataset_version"].value(), form["endpoint"].value()) == (
+        train_version.id,
+        "synth-local",
+    )
+    html = str(form["endpoint"])
+    assert '<option value="synth-local" selected data-kind="synth">' in html
+    assert '<option value="openai-local" data-kind="openai">' in html
+    # Two versions: the person chooses.
+    from training.tests.conftest import version_of
+
+    version_of(seeds=(2,), steps=4, name="second")
+    assert client.get("/training/new/").context["form"]["dataset_version"].value() is None
+
+
+def test_it_keeps_config_errors_on_their_lines_when_another_field_is_wrong(
+    client, submitter, synth_endpoint, train_version
+):
+    client.force_login(submitter)
+    bad = REFERENCE.read_text().replace("learning_rate = 1e-5", "learning_rte = 1e-5")
+    data = form_data(train_version, config=bad, provider="openai")
+    for headers in ({}, {"HX-Request": "true"}):  # Preview's round trip, and the live check
+        text = client.post("/training/new/", data, headers=headers).content.decode()
+        assert 'data-error-lines="34"' in text
+        assert "learning_rte (line 34): unknown key" in text
+        assert "Endpoint: &#x27;synth-local&#x27; is not a openai endpoint" in text
+    assert TrainingJob.objects.count() == 0

@@ -1,5 +1,6 @@
 // Training pages: line numbers beside the TOML editor (errors marked on their lines),
-// jumping to a line from an error, and the copy button of the fine-tuned model id.
+// jumping to a line from an error, the endpoint list following the provider, and the copy
+// button of the fine-tuned model id.
 (function () {
   "use strict";
   function errorLines() {
@@ -31,7 +32,33 @@
     var lineHeight = parseFloat(getComputedStyle(area).lineHeight) || 18;
     area.scrollTop = Math.max(0, (line - 4) * lineHeight);
   }
+  // Only the endpoints of the chosen provider are listed (each option's data-kind); one of
+  // another provider that was selected gives way to the provider's first.
+  function followProvider() {
+    var provider = document.getElementById("id_provider");
+    var endpoint = document.getElementById("id_endpoint");
+    if (!provider || !endpoint) return;
+    var first = null;
+    Array.prototype.forEach.call(endpoint.options, function (option) {
+      var kind = option.getAttribute("data-kind");
+      var fits = !kind || kind === provider.value;
+      option.hidden = !fits;
+      option.disabled = !fits;
+      if (fits && kind && first === null) first = option;
+    });
+    var current = endpoint.options[endpoint.selectedIndex];
+    if (!current || current.disabled) {
+      if (first) endpoint.value = first.value;
+      else endpoint.selectedIndex = -1;
+    }
+  }
   document.addEventListener("DOMContentLoaded", function () {
+    var provider = document.getElementById("id_provider");
+    if (provider) {
+      // On the select itself: it runs before the form's live check reads the fields.
+      provider.addEventListener("change", followProvider);
+      followProvider();
+    }
     var area = document.getElementById("id_config");
     if (area) {
       area.addEventListener("input", renderGutter);
