@@ -10,5 +10,6 @@ class DatasetsConfig(AppConfig):
     label = "datasets"
 
     def ready(self) -> None:
-        # Registers the job kinds with the periodic requeue.
-        from curation import jobs  # noqa: F401
+        # Registers the job kinds with the periodic requeue, and "add to a dataset" with the
+        # turn list's bulk actions (rollouts cannot import curation: it asks what is offered).
+        from curation import jobs, services  # noqa: F401
