@@ -109,6 +109,10 @@ class EpisodeTotals:
         }
 
 
+# How often a model episode makes sure, before its next call, that it still holds its claim.
+CLAIM_CHECK_SECONDS = 1.0
+
+
 class EpisodeRecorder:
     def __init__(
         self,
@@ -190,7 +194,13 @@ class EpisodeRecorder:
         if self.prefix_only:
             self.flush(final=True)
             return self.totals
+        claim_checked = time.monotonic()
         while not done:
+            if getattr(self.policy, "calls_model", False):
+                # Cancel withdraws the claim: a model episode stops before its next paid call,
+                # not at its next chunk (up to 64 calls later). At most one read a second, so
+                # a batch of short calls does not pay a query for each.
+                claim_checked = self._still_claimed(claim_checked)
             observation = Observation(
                 seed=int(episode.seed),
                 turn=turn_index,
@@ -240,6 +250,15 @@ class EpisodeRecorder:
                 self.flush()
         self.flush(final=True, end=self.end)
         return self.totals
+
+    def _still_claimed(self, checked: float) -> float:
+        """When the claim was last seen held; ClaimLost once it is not (canceled, taken over)."""
+        now = time.monotonic()
+        if now - checked < CLAIM_CHECK_SECONDS:
+            return checked
+        if not Episode.objects.filter(id=self.episode.id, claim_token=self.claim_token).exists():
+            raise ClaimLost(f"episode {self.episode.id} is no longer this worker's (canceled?)")
+        return now
 
     def _execute(
         self, env: StudioEnv, actions: list[str], frame: Frame, png: bytes, unlocked: set[str]

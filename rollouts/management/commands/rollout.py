@@ -47,11 +47,32 @@ class Command(StudioCommand):
             metavar="BATCH_ID",
             help="re-run the unfinished (failed, canceled, pending or dead) episodes of a batch",
         )
+        parser.add_argument(
+            "--cancel",
+            type=int,
+            metavar="BATCH_ID",
+            help="stop a pending or running batch: no model request of it starts afterwards",
+        )
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--wait", action="store_true", help="follow the batch to its end")
         mode.add_argument("--inline", action="store_true", help="play here, no broker needed")
 
+    def _cancel(self, batch_id: int) -> None:
+        """`--cancel`: its episodes stop before their next model call; the summary follows."""
+        batch = RolloutBatch.objects.filter(id=batch_id).first()
+        if batch is None:
+            raise usage_error(f"cancel: there is no batch {batch_id}")
+        stopped = services.batch_cancel(batch=batch)
+        if stopped or batch.status == RolloutBatch.Status.CANCELED:
+            self.stderr.write(f"Batch {batch.id} canceled: {stopped} episode(s) stopped.")
+        else:
+            self.stderr.write(f"Batch {batch.id} had already ended ({batch.status}).")
+        self.stdout.write(json.dumps(selectors.batch_summary(batch=batch)))
+
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["cancel"] is not None:
+            self._cancel(options["cancel"])
+            return
         if options["resume"] is not None:
             batch = RolloutBatch.objects.filter(id=options["resume"]).first()
             if batch is None:

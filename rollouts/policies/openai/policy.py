@@ -106,6 +106,9 @@ class _Unusable(_CallFailed):
 
 
 class OpenAIPolicy:
+    # Each turn is a paid request: the recorder checks for a cancel before each one.
+    calls_model = True
+
     def __init__(
         self,
         settings: RolloutSettings,
