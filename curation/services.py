@@ -128,6 +128,15 @@ def dataset_create(
     )
 
 
+def dataset_include_clear(*, dataset: Dataset) -> int:
+    """Empty the dataset's include list (the turns added from the turn list); how many it had.
+    Exported versions keep their own snapshot."""
+    filters = TurnSelection.from_json(dataset.filters)
+    dataset.filters = dataclasses.replace(filters, include_turns=()).to_json()
+    dataset.save(update_fields=["filters"])
+    return len(filters.include_turns)
+
+
 def dataset_update(
     *,
     dataset: Dataset,

@@ -66,6 +66,10 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     if request.method == "POST":
         if not _can_edit(request):
             raise PermissionDenied
+        if request.POST.get("action") == "clear_include":
+            cleared = services.dataset_include_clear(dataset=dataset)
+            messages.success(request, f"Include list cleared: {cleared} turn(s) no longer added.")
+            return redirect("datasets:dataset_detail", dataset_id=dataset.id)
         form = DatasetForm.for_dataset(dataset, data=request.POST)
         if form.is_valid():
             services.dataset_update(
@@ -103,6 +107,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
             "preview_error": preview_error,
             **_versions_context(dataset),
             "can_edit": _can_edit(request),
+            "include_count": len(filters.include_turns),
         },
     )
 

@@ -152,3 +152,26 @@ def test_the_turn_lists_add_to_dataset_is_confirmed_then_done(two_batches, edito
     looker.force_login(viewer)
     assert looker.post(url, {**every, "target": dataset.id}).status_code == 403
     assert not Turn.objects.filter(flagged=True).exists()
+
+
+def test_the_dataset_page_shows_the_include_list_and_an_editor_clears_it(
+    two_batches, editor, viewer
+):
+    kept, other = two_batches
+    dataset = _dataset(kept)
+    services.dataset_include_add(dataset=dataset, selection=_picked(*_ids(other, 1, 4)))
+    url = reverse("datasets:dataset_detail", args=[dataset.id])
+    looking = Client()
+    looking.force_login(viewer)
+    page = looking.get(url).content.decode()
+    assert "<strong>Include list:</strong> 2 turns added" in page
+    assert 'id="clear-include"' not in page  # looking is not editing
+    assert looking.post(url, {"action": "clear_include"}).status_code == 403
+    editing = Client()
+    editing.force_login(editor)
+    assert 'id="clear-include"' in editing.get(url).content.decode()
+    response = editing.post(url, {"action": "clear_include"}, follow=True)
+    assert "Include list cleared: 2 turn(s) no longer added." in response.content.decode()
+    dataset.refresh_from_db()
+    assert TurnSelection.from_json(dataset.filters).include_turns == ()
+    assert 'id="include-list"' not in response.content.decode()
