@@ -7,27 +7,22 @@ need DJANGO_ALLOW_ASYNC_UNSAFE (set for these tests only). Never downloads a bro
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from curation.models import Dataset
 from rollouts.models import Episode, RolloutBatch
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
+from tests.browser.support import log_in_reviewer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 VIEWPORT = {"width": 1280, "height": 900}  # for `studio_page`
 
 
-def _log_in(page: Page, base_url: str, path: str) -> None:
-    user = User.objects.create_user("curator", password="curator-pass-123")
-    user.user_permissions.add(Permission.objects.get(codename="review_turn"))
-    page.goto(base_url + path)
-    page.fill("#id_username", "curator")
-    page.fill("#id_password", "curator-pass-123")
-    page.click("main button[type=submit]")
-    expect(page).to_have_url(base_url + path)
+def _log_in(page: Page, base_url: str, path: str) -> User:
+    return log_in_reviewer(page, base_url, path, "curator")
 
 
 def _field(page: Page, name: str):

@@ -4,7 +4,7 @@ at a phone's width (390 px) and a desktop's (1,400 px), in headless Chromium."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from rollouts.models import Episode
@@ -12,20 +12,14 @@ from rollouts.play import services as services_play
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from studio.testing import backdate
+from tests.browser.support import log_in_reviewer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTHS = [390, 1400]
 
 
 def _log_in(page: Page, base_url: str, path: str) -> User:
-    user = User.objects.create_user("player", password="player-pass-123")
-    user.user_permissions.add(Permission.objects.get(codename="review_turn"))
-    page.goto(base_url + path)
-    page.fill("#id_username", "player")
-    page.fill("#id_password", "player-pass-123")
-    page.click("main button[type=submit]")
-    expect(page).to_have_url(base_url + path)
-    return user
+    return log_in_reviewer(page, base_url, path, "player")
 
 
 def _requests_to(page: Page, path: str, *, seconds: float) -> int:

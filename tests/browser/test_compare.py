@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,13 @@ from playwright.sync_api import Page, expect
 from rollouts.game.scoring import crafter_score
 from rollouts.models import Episode
 from rollouts.tests.helpers import record_batch
+from tests.browser.support import screenshot_dir
 from tests.browser.test_episode_viewer import _log_in_at, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = (
-    ROOT / "docs" / "screenshots"
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
-    else ROOT / "var" / "screenshots"
-)
+SCREENSHOTS = screenshot_dir()
 
 
 def test_it_compares_two_batches_ticked_in_the_batch_list(studio_page: Page, live_server):

@@ -7,7 +7,6 @@ need DJANGO_ALLOW_ASYNC_UNSAFE (set for these tests only). Never downloads a bro
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -18,17 +17,12 @@ from playwright.sync_api import Page, expect
 from rollouts.models import Episode, Turn, TurnRelabel
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
+from tests.browser.support import screenshot_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-# The README's screenshot is rewritten only when asked (UPDATE_SCREENSHOTS=1), so that a test
-# run leaves the checkout as it found it; otherwise the screenshot goes under var/.
-SCREENSHOT = (
-    ROOT / "docs" / "screenshots" / "episode-viewer.png"
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
-    else ROOT / "var" / "screenshots" / "episode-viewer.png"
-)
+SCREENSHOT = screenshot_dir() / "episode-viewer.png"
 
 
 def _user(username: str, *, editor: bool) -> User:

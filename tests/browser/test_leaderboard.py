@@ -3,7 +3,6 @@ forks and people's games shown on marked rows when asked, every row's batches li
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,13 @@ from rollouts.recording import services
 from rollouts.review.services import turn_relabel
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests.helpers import record_batch
+from tests.browser.support import screenshot_dir
 from tests.browser.test_episode_viewer import _log_in_at, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = (
-    ROOT / "docs" / "screenshots"
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
-    else ROOT / "var" / "screenshots"
-)
+SCREENSHOTS = screenshot_dir()
 
 
 def _corrected_fork(*, of: Episode, turn: int, by) -> RolloutBatch:

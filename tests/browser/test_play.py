@@ -6,7 +6,6 @@ The personas and log-in steps come from test_episode_viewer; the browser from co
 from __future__ import annotations
 
 import hashlib
-import os
 
 import pytest
 from django.core.cache import cache
@@ -14,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from rollouts.game.crafter_env import ACTION_INDEX, KEY_MAP, StudioEnv, encode_png
 from rollouts.models import Episode, RolloutBatch, TurnRelabel
+from tests.browser.support import screenshot_dir
 from tests.browser.test_episode_viewer import ROOT, _log_in, _log_in_at, _played_episode, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -21,11 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 # take longer than Playwright's default 5 s wait.
 expect.set_options(timeout=20_000)
 
-SCREENSHOT = (
-    ROOT / "docs" / "screenshots" / "play.png"
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
-    else ROOT / "var" / "screenshots" / "play.png"
-)
+SCREENSHOT = screenshot_dir() / "play.png"
 BROWSER_KEY = {" ": "Space", "Tab": "Tab"}
 # 30 presses: walk to things, hit them, place a table, sleep a little.
 ACTIONS = (

@@ -7,7 +7,6 @@ refreshes itself until the job has produced its model.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,13 @@ from django.contrib.auth.models import Permission, User
 from playwright.sync_api import Page, expect
 
 from studio.models import Endpoint
+from tests.browser.support import screenshot_dir
 from training.models import TrainingJob
 from training.tests.conftest import REFERENCE, SYNTH_KEY
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
-# Rewritten in docs/ only when asked (UPDATE_SCREENSHOTS=1), as the episode viewer's is.
-SCREENSHOT = (
-    ROOT / "docs" / "screenshots" / "training-job.png"
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1"
-    else ROOT / "var" / "screenshots" / "training-job.png"
-)
+SCREENSHOT = screenshot_dir() / "training-job.png"
 
 
 def test_it_submits_from_the_page_and_follows_the_job_to_its_model(

@@ -5,7 +5,6 @@ every matching turn added to a dataset)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from curation.models import Dataset
 from rollouts.models import Turn
 from rollouts.review.turn_selection import TurnSelection
 from rollouts.tests.helpers import record_batch
+from tests.browser.support import screenshot_dir
 from tests.browser.test_episode_viewer import _log_in_at, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -29,10 +29,7 @@ DOCS_WIDTH = 1400
 
 
 def _screenshot_path(width: int) -> Path:
-    docs = os.environ.get("UPDATE_SCREENSHOTS") == "1" and width == DOCS_WIDTH
-    folder = ROOT / "docs" / "screenshots" if docs else ROOT / "var" / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"turn-selection-{width}.png"
+    return screenshot_dir(docs=width == DOCS_WIDTH) / f"turn-selection-{width}.png"
 
 
 def _fits(page: Page) -> None:
