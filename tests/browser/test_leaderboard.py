@@ -3,8 +3,6 @@ forks and people's games shown on marked rows when asked, every row's batches li
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -19,7 +17,6 @@ from tests.browser.test_episode_viewer import _log_in_at, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = screenshot_dir()
 
 

@@ -7,8 +7,6 @@ refreshes itself until the job has produced its model.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.contrib.auth.models import Permission, User
 from playwright.sync_api import Page, expect
@@ -19,7 +17,6 @@ from training.models import TrainingJob
 from training.tests.conftest import REFERENCE, SYNTH_KEY
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = screenshot_dir() / "training-job.png"
 
 

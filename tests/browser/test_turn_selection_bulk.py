@@ -22,7 +22,6 @@ from tests.browser.test_episode_viewer import _log_in_at, _user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 # docs/review.md shows the 1,400 px one, rewritten only when asked (UPDATE_SCREENSHOTS=1) so
 # that a test run leaves the checkout as it found it; the rest go under var/.
 DOCS_WIDTH = 1400
