@@ -13,6 +13,8 @@ deadline for all of it, and no answer is read past a size.
 
 from __future__ import annotations
 
+import functools
+import ssl
 import threading
 import time
 from typing import Any
@@ -101,6 +103,13 @@ class _DeadlineBackend(httpcore2.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying context for every provider call of the process: building one (the CA
+    certificates loaded) costs 20-50 ms, and every poll builds its provider anew."""
+    return httpx2.create_ssl_context()
+
+
 class DeadlineTransport(httpx2.BaseTransport):
     """Each request's timeout (its `read` figure) is the deadline of the whole exchange.
 
@@ -110,12 +119,12 @@ class DeadlineTransport(httpx2.BaseTransport):
 
     def __init__(self) -> None:
         self._budget = _Budget()
+        context = _tls_context()
         # Connections kept alive between a job's calls, made through the budgeted backend.
         self._pool = httpcore2.ConnectionPool(
-            ssl_context=httpx2.create_ssl_context(),
-            network_backend=_DeadlineBackend(self._budget),
+            ssl_context=context, network_backend=_DeadlineBackend(self._budget)
         )
-        self._inner = httpx2.HTTPTransport()
+        self._inner = httpx2.HTTPTransport(verify=context)
         self._inner._pool = self._pool  # httpx's request mapping over our pool
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
