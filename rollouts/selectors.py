@@ -1,13 +1,29 @@
-"""Reads for rollouts."""
+"""Reads for the batch pages: the batch list, a batch and its episodes."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Q, Sum
+from django.conf import settings
+from django.db.models import (
+    Avg,
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from rollouts.game.scoring import crafter_score, score_percent, success_rates
-from rollouts.models import Episode, Frame, RolloutBatch
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
 
 
 def batch_episode_counts(*, batch_id: int) -> dict[str, int]:
@@ -148,3 +164,105 @@ def batch_episodes_unsent(*, batch_id: int) -> int:
     return Episode.objects.filter(
         batch_id=batch_id, status=Episode.Status.PENDING, enqueued_at__isnull=True
     ).count()
+
+
+ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
+
+
+def batches_with_progress() -> QuerySet[RolloutBatch]:
+    """Newest first, each with the mean achievement count of its finished episodes."""
+    # A correlated subquery: computed for the page's batches only, not grouped over all.
+    mean = (
+        Episode.objects.filter(batch=OuterRef("pk"), status=Episode.Status.FINISHED)
+        .order_by()
+        .values("batch")
+        .annotate(mean=Avg("achievement_count"))
+        .values("mean")
+    )
+    return (
+        RolloutBatch.objects.select_related("created_by")
+        .annotate(
+            mean_achievements=Subquery(mean),
+            idle=ExpressionWrapper(_human_idle(), output_field=BooleanField()),
+        )
+        .order_by("-created_at", "-id")
+    )
+
+
+def _human_idle() -> Q:
+    """A person's game (or human fork) left open: running, but no key pressed (an episode's
+    heartbeat is its last turn) nor the batch created within STUDIO_HUMAN_IDLE_SECONDS. Nobody
+    may ever come back to it, so the pages stop counting it as running and stop polling."""
+    since = timezone.now() - timedelta(seconds=settings.STUDIO_HUMAN_IDLE_SECONDS)
+    played = Episode.objects.filter(batch=OuterRef("pk"), heartbeat_at__gte=since)
+    return Q(
+        Q(policy=RolloutBatch.Policy.HUMAN, status__in=ACTIVE_BATCH_STATUSES, created_at__lt=since),
+        ~Exists(played),
+    )
+
+
+def batches_any_active() -> bool:
+    return (
+        RolloutBatch.objects.filter(status__in=ACTIVE_BATCH_STATUSES)
+        .exclude(_human_idle())
+        .exists()
+    )
+
+
+def batch_get(*, batch_id: int) -> RolloutBatch:
+    return RolloutBatch.objects.select_related("created_by", "evaluates").get(id=batch_id)
+
+
+def batch_is_idle(*, batch: RolloutBatch) -> bool:
+    """A person's game left open (see `_human_idle`)."""
+    if batch.policy != RolloutBatch.Policy.HUMAN or batch.status not in ACTIVE_BATCH_STATUSES:
+        return False
+    return RolloutBatch.objects.filter(_human_idle(), id=batch.id).exists()
+
+
+def batch_is_active(*, batch: RolloutBatch) -> bool:
+    return batch.status in ACTIVE_BATCH_STATUSES and not batch_is_idle(batch=batch)
+
+
+def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
+    ordering = EPISODE_SORTS.get(sort, EPISODE_SORTS["seed"])
+    # Errors as the turns recorded them (a failed call or an unusable answer each).
+    turn_errors = (
+        Turn.objects.filter(episode=OuterRef("pk"))
+        .exclude(error_kind="", error="")
+        .order_by()
+        .values("episode")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return (
+        Episode.objects.filter(batch_id=batch_id)
+        .defer("achievements", "claim_token")
+        .annotate(turn_errors=Coalesce(Subquery(turn_errors), 0))
+        .order_by(*ordering)
+    )
+
+
+def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
+    stats = Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
+        mean_steps=Avg("steps"),
+        mean_reward=Avg("total_reward"),
+        mean_achievements=Avg("achievement_count"),
+    )
+    stats["mean_latency_ms"] = Turn.objects.filter(
+        episode__batch_id=batch_id, latency_ms__gt=0
+    ).aggregate(m=Avg("latency_ms"))["m"]
+    return stats
+
+
+# Sort keys a user may pick on the batch page -> the ORM ordering they stand for.
+EPISODE_SORTS: dict[str, tuple[str, ...]] = {
+    "seed": ("seed", "id"),
+    "-seed": ("-seed", "-id"),
+    "steps": ("steps", "seed"),
+    "-steps": ("-steps", "seed"),
+    "reward": ("total_reward", "seed"),
+    "-reward": ("-total_reward", "seed"),
+    "achievements": ("achievement_count", "seed"),
+    "-achievements": ("-achievement_count", "seed"),
+}

@@ -25,7 +25,6 @@ from rollouts.game.scoring import crafter_score, score_text
 from rollouts.models import REVIEW_PERMISSION, RolloutBatch
 from rollouts.recording import services
 from rollouts.recording.frame_store import FrameStore, frame_name
-from rollouts.review import selectors as selectors_review
 from studio.queue import QUEUE_UNREACHABLE
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -37,12 +36,12 @@ POLL_SECONDS = 2
 
 @require_GET
 def batch_list(request: HttpRequest) -> HttpResponse:
-    page = Paginator(selectors_review.batches_with_progress(), BATCHES_PER_PAGE).get_page(
+    page = Paginator(selectors.batches_with_progress(), BATCHES_PER_PAGE).get_page(
         request.GET.get("page")
     )
     context = {
         "page": page,
-        "poll": selectors_review.batches_any_active(),
+        "poll": selectors.batches_any_active(),
         "poll_seconds": POLL_SECONDS,
     }
     if request.htmx:
@@ -113,7 +112,7 @@ def batch_cancel(request: HttpRequest, batch_id: int) -> HttpResponse:
 
 def _batch_or_404(batch_id: int) -> RolloutBatch:
     try:
-        return selectors_review.batch_get(batch_id=batch_id)
+        return selectors.batch_get(batch_id=batch_id)
     except RolloutBatch.DoesNotExist as exc:
         raise Http404("no such batch") from exc
 
@@ -122,13 +121,13 @@ def _batch_or_404(batch_id: int) -> RolloutBatch:
 def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     batch = _batch_or_404(batch_id)
     sort = request.GET.get("sort", "seed")
-    if sort not in selectors_review.EPISODE_SORTS:
+    if sort not in selectors.EPISODE_SORTS:
         sort = "seed"
     episodes = Paginator(
-        selectors_review.batch_episodes(batch_id=batch.id, sort=sort), EPISODES_PER_PAGE
+        selectors.batch_episodes(batch_id=batch.id, sort=sort), EPISODES_PER_PAGE
     ).get_page(request.GET.get("page"))
     rates = selectors.batch_success_rates(batch_id=batch.id)
-    active = selectors_review.batch_is_active(batch=batch)
+    active = selectors.batch_is_active(batch=batch)
     if request.htmx and not active and request.GET.get("poll"):
         # The batch just ended: load the page once more, with final rates and no polling.
         response = HttpResponse(status=204)
@@ -147,12 +146,12 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "rates": [(name, rates.get(name, 0.0)) for name in ACHIEVEMENTS],
         # No finished episode, no score: "—", not a 0.00% that reads like a result.
         "score": score_text(crafter_score(rates) if batch.episodes_finished else None),
-        "stats": selectors_review.batch_episode_stats(batch_id=batch.id),
+        "stats": selectors.batch_episode_stats(batch_id=batch.id),
         "active": active,
         "poll_seconds": POLL_SECONDS,
         "settings_rows": selectors.batch_settings_rows(batch=batch),
         "resumable": selectors.batch_episodes_resumable(batch=batch),
-        "idle": selectors_review.batch_is_idle(batch=batch),
+        "idle": selectors.batch_is_idle(batch=batch),
         "can_review": request.user.has_perm(REVIEW_PERMISSION),
         "samples_per_seed": int((batch.settings or {}).get("samples_per_seed") or 1),
     }
