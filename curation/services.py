@@ -131,9 +131,13 @@ def dataset_create(
 def dataset_include_clear(*, dataset: Dataset) -> int:
     """Empty the dataset's include list (the turns added from the turn list); how many it had.
     Exported versions keep their own snapshot."""
-    filters = TurnSelection.from_json(dataset.filters)
-    dataset.filters = dataclasses.replace(filters, include_turns=()).to_json()
-    dataset.save(update_fields=["filters"])
+    with transaction.atomic():
+        # Locked as `dataset_include_add` locks it: an addition at the same time is not lost.
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        filters = TurnSelection.from_json(locked.filters)
+        locked.filters = dataclasses.replace(filters, include_turns=()).to_json()
+        locked.save(update_fields=["filters", "updated_at"])
+    dataset.refresh_from_db(fields=["filters", "updated_at"])
     return len(filters.include_turns)
 
 
