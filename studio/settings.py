@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "curation",
     "training",
     "evaluation",
+    "probes",
 ]
 
 MIDDLEWARE = [

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The apps in the one order allowed: each imports only those before it.
-APPS = ("studio", "rollouts", "curation", "training", "evaluation")
+APPS = ("studio", "rollouts", "curation", "training", "evaluation", "probes")
 GAME = "rollouts.game"
 TEST_SUPPORT = "studio.testing"
 
