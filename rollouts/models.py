@@ -122,6 +122,9 @@ class Episode(models.Model):
         RUNNING = "running"
         FINISHED = "finished"
         FAILED = "failed"
+        # Stopped by its batch's Cancel: what it played is kept (reviewable, left out of
+        # datasets) and its calls counted; the batch counts it among `episodes_failed`.
+        CANCELED = "canceled"
 
     batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="episodes")
     seed = models.BigIntegerField()
@@ -153,6 +156,14 @@ class Episode(models.Model):
     fork_with_correction = models.BooleanField(default=False)
     attempts = models.PositiveSmallIntegerField(default=0)
     claim_token = models.CharField(max_length=64, blank=True)
+    # The worker holding the claim (Celery's node name): one that starts again under the same
+    # name takes its episodes over at once, instead of waiting for them to go stale.
+    worker = models.CharField(max_length=200, blank=True)
+    # The last takeover: when the episode's worker was found gone, the turn its replay
+    # resumed from, and what went wrong with the replay if it had to start over.
+    lost_worker_at = models.DateTimeField(null=True, blank=True)
+    resumed_from_turn = models.PositiveIntegerField(null=True, blank=True)
+    resume_note = models.TextField(blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # When a message was last handed to the broker; null: never (the broker was down).
     enqueued_at = models.DateTimeField(null=True, blank=True)
