@@ -10,6 +10,7 @@ from celery import shared_task
 
 from curation import services, services_import
 from curation.jobs import EXPORT, IMPORT
+from studio.jobs import is_outage, retry_after_outage
 
 
 @shared_task(
@@ -22,7 +23,13 @@ from curation.jobs import EXPORT, IMPORT
     max_retries=None,
 )
 def dataset_version_export(self, version_id: int) -> str:
-    outcome = services.dataset_version_export(version_id=version_id)
+    try:
+        outcome = services.dataset_version_export(version_id=version_id)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        # The database or the broker is down: export again once it is back.
+        raise retry_after_outage(self, exc) from exc
     if outcome == "busy":
         # Another worker holds a fresh claim; look again once it would count as stale.
         raise self.retry(countdown=int(EXPORT.stale_after().total_seconds()))
@@ -39,7 +46,13 @@ def dataset_version_export(self, version_id: int) -> str:
     max_retries=None,
 )
 def dataset_import_run(self, import_id: int) -> str:
-    outcome = services_import.dataset_import_run(job_id=import_id)
+    try:
+        outcome = services_import.dataset_import_run(job_id=import_id)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        # The database or the broker is down: go on once it is back.
+        raise retry_after_outage(self, exc) from exc
     if outcome == "busy":
         # Another worker holds a fresh claim; look again once it would count as stale.
         raise self.retry(countdown=int(IMPORT.stale_after().total_seconds()))

@@ -14,14 +14,19 @@ imports it; studio imports no app, it walks what was registered (`job_kinds`).
 
 from __future__ import annotations
 
+import contextlib
+import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+import redis.exceptions
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connections, router, transaction
 from django.db.models import Model, Q, QuerySet
+from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from studio import claims, queue
 from studio.claims import DONE, PENDING, RUNNING, ClaimLost
@@ -29,13 +34,17 @@ from studio.untrusted import storable
 
 __all__ = [
     "ERROR_CAP",
+    "OUTAGES",
     "ClaimLost",
     "JobKind",
     "JobOutcome",
     "error_cut",
+    "is_outage",
     "job_kinds",
     "jobs_requeue",
+    "outage_countdown",
     "register",
+    "retry_after_outage",
 ]
 
 # What a job's task reports; a task retries on "busy" (another worker holds a fresh claim)
@@ -51,6 +60,43 @@ JobOutcome = Literal[
     "done_already",  # ended, gone, or not to be taken: the message was a duplicate
     "claim_lost",  # another worker took the job over from this one
 ]
+
+# What a lost connection to the database or the broker raises: the service is down (or
+# restarting), the job is not at fault. A job's task retries after it (`outage_countdown`),
+# and the job goes on from what it had written; it never fails for it. (psycopg's own errors
+# reach us as Django's; redis-py's BusyLoadingError, a restarted Redis loading its data, is
+# a ConnectionError; kombu's OperationalError is a publish that found no broker.)
+OUTAGES: tuple[type[BaseException], ...] = (
+    OperationalError,
+    InterfaceError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    BrokerOperationalError,
+)
+# The longest wait between two tries of a task that met an outage: it starts again at most
+# this long after the service is back.
+OUTAGE_COUNTDOWN_MAX = 20
+
+
+def is_outage(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is an outage
+    (`OUTAGES`): a service's error re-raised as another is still that service being down."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OUTAGES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def outage_countdown(retries: int) -> float:
+    """Seconds before a task's next try after an outage: 1, 2, 4, ... up to
+    `OUTAGE_COUNTDOWN_MAX`, each shortened at random by up to a quarter, so the hundreds of
+    tasks a worker drained while the database was down do not all come back together."""
+    full = min(OUTAGE_COUNTDOWN_MAX, 2 ** min(retries, 10))
+    return round(full * random.uniform(0.75, 1.0), 2)
+
 
 # The longest error a job row keeps, in characters (the longest any kind kept before all
 # shared one).
@@ -186,7 +232,24 @@ class JobKind:
 
     def fail(self, pk: int, token: str, /, error: str, **fields: Any) -> bool:
         """End the job as failed with `error` (cut to `ERROR_CAP`): a poison job is set
-        aside, never retried. False: the claim was lost."""
+        aside, never retried. False: the claim was lost.
+
+        Called while an outage is being handled (a service's `except Exception` around the
+        job's work caught a lost database or broker connection), it fails nothing: it hands
+        the claim back if the database answers again (so the task's next try claims it at
+        once) and raises the outage again, for the task to retry (`OUTAGES`). Every kind's
+        catch-all goes through here, so this is the one place that tells a poison job from
+        a service that was down.
+        """
+        handled = sys.exc_info()[1]
+        if is_outage(handled):
+            connection = connections[router.db_for_write(self.model)]
+            with contextlib.suppress(*OUTAGES):
+                if not connection.in_atomic_block:
+                    # A broken connection is not reopened by itself within a task.
+                    connection.close_if_unusable_or_obsolete()
+                self.release(pk, token)
+            raise handled
         return claims.job_fail(
             model=self.model,
             pk=pk,
@@ -231,3 +294,19 @@ def job_kinds() -> list[JobKind]:
 def jobs_requeue() -> dict[str, int]:
     """Every kind's `requeue` (what beat runs every minute): how many of each were sent."""
     return {kind.name: len(kind.requeue()) for kind in job_kinds()}
+
+
+def retry_after_outage(task: Any, exc: BaseException | None = None, **options: Any) -> Exception:
+    """The `Retry` a bound job task raises after an outage (`OUTAGES`, or a service's "retry"
+    outcome): the message goes back to the broker with a short, growing countdown and no cap
+    on tries, and the task acknowledges the one it holds. Not acknowledging it instead would
+    leave it with the broker until its visibility timeout (2 h), and acknowledging it as done
+    (as a plain failure does) would leave the row waiting for the periodic requeue.
+
+    Should the broker be down too, the retry cannot be sent: the task then fails and the row,
+    pending or held with an ageing heartbeat, is sent again by the requeue."""
+    retries = task.request.retries
+    # Celery reads max_retries=None as "the task's own limit": allow this one more instead.
+    return task.retry(
+        exc=exc, countdown=outage_countdown(retries), max_retries=retries + 1, **options
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from studio.jobs import is_outage, retry_after_outage
 from training import services
 
 # Countdowns stay far below the broker's visibility timeout (2 h): a delayed message is
@@ -19,13 +20,25 @@ RETRY_COUNTDOWNS = (5, 15, 60, 120, 300)
     time_limit=3 * 3600 + 120,
     max_retries=len(RETRY_COUNTDOWNS),
 )
-def training_job_submit(self, job_id: int) -> str:
-    last = self.request.retries >= len(RETRY_COUNTDOWNS)
-    outcome = services.training_job_submit(job_id=job_id, last_attempt=last)
+def training_job_submit(self, job_id: int, outages: int = 0) -> str:
+    # Tries after an outage of our own database or broker (`outages` of them) are not the
+    # provider's: they count against no provider retry.
+    provider_retries = self.request.retries - outages
+    last = provider_retries >= len(RETRY_COUNTDOWNS)
+    try:
+        outcome = services.training_job_submit(job_id=job_id, last_attempt=last)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        raise retry_after_outage(self, exc, kwargs={"outages": outages + 1}) from exc
     if outcome == "retry":
         # The provider answered 429/5xx or could not be reached after the client's retries.
-        countdown = RETRY_COUNTDOWNS[min(self.request.retries, len(RETRY_COUNTDOWNS) - 1)]
-        raise self.retry(countdown=countdown)
+        countdown = RETRY_COUNTDOWNS[min(provider_retries, len(RETRY_COUNTDOWNS) - 1)]
+        raise self.retry(
+            countdown=countdown,
+            kwargs={"outages": outages},
+            max_retries=len(RETRY_COUNTDOWNS) + outages,
+        )
     return outcome
 
 
