@@ -81,6 +81,9 @@ class ProbeRun(ClaimedJob):
 
     probe_set = models.ForeignKey(ProbeSet, on_delete=models.CASCADE, related_name="runs")
     endpoint_name = models.CharField(max_length=60)
+    # The endpoint's URL when the run was created: its answers all come from there (a run
+    # whose endpoint an admin points elsewhere stops rather than mix two servers' answers).
+    base_url = models.URLField(max_length=500, blank=True)
     model = models.CharField(max_length=200)
     observation = models.CharField(
         max_length=10, choices=Observation.choices, default=Observation.IMAGE
@@ -131,3 +134,22 @@ class ProbeAnswer(models.Model):
 
     def __str__(self) -> str:
         return f"Answer to question {self.question_id} in run {self.run_id}"
+
+
+class ProbeRunChunk(ClaimedJob):
+    """Questions `first` to `last - 1` (by index) of a run: one Celery task claims and asks
+    them, skipping those already answered, so a chunk taken over after a crash resumes."""
+
+    run = models.ForeignKey(ProbeRun, on_delete=models.CASCADE, related_name="chunks")
+    index = models.PositiveIntegerField()
+    first = models.PositiveIntegerField()
+    last = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["run_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="probe_chunk_unique_run_index"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Chunk {self.index} of probe run {self.run_id}"
