@@ -3,6 +3,7 @@ from django.contrib.admin.utils import display_for_value
 
 from studio.endpoints import endpoint_key_set
 from studio.models import Endpoint, LoginFailure
+from studio.spend import price_text
 
 
 @admin.register(Endpoint)
@@ -14,7 +15,7 @@ class EndpointAdmin(admin.ModelAdmin):
     (issue 29). The permissions a staff user holds do not change that.
     """
 
-    list_display = ("name", "kind", "base_url", "api_key_env", "key_set", "enabled")
+    list_display = ("name", "kind", "base_url", "api_key_env", "key_set", "prices", "enabled")
     list_filter = ("kind", "enabled")
     search_fields = ("name", "base_url")
 
@@ -26,6 +27,14 @@ class EndpointAdmin(admin.ModelAdmin):
         if key_set is None:
             return "no key needed"
         return display_for_value(key_set, "", boolean=True)
+
+    @admin.display(description="$ per million tokens (in / out)")
+    def prices(self, endpoint: Endpoint) -> str:
+        # Spend on the batch pages comes from these (studio.spend); unknown until both are set.
+        if endpoint.input_price_per_million is None or endpoint.output_price_per_million is None:
+            return "—"
+        prices = (endpoint.input_price_per_million, endpoint.output_price_per_million)
+        return " / ".join(price_text(price) for price in prices)
 
     def has_add_permission(self, request) -> bool:
         return request.user.is_active and request.user.is_superuser

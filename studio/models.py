@@ -3,8 +3,11 @@ row a worker claims has in common."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings as django_settings
-from django.core.validators import RegexValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -13,6 +16,24 @@ from studio.key_names import key_env_name_validate
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name, such as OPENAI_API_KEY."
 )
+
+# A price per million tokens past this is a typo (a price per token, an extra zero), not a
+# model: the dearest listed ones cost hundreds. Prices are stored to a millionth.
+PRICE_PER_MILLION_MAX = Decimal(10_000)
+
+
+def _price_field(which: str) -> models.DecimalField:
+    return models.DecimalField(
+        f"{which} price per million tokens",
+        max_digits=11,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(0)), MaxValueValidator(PRICE_PER_MILLION_MAX)],
+        help_text=f"What the provider bills for a million {which} "
+        f"({'prompt' if which == 'input' else 'completion'}) tokens, in US dollars, "
+        "e.g. 2.50; from 0 to 10,000. Empty: unknown, and no spend is shown.",
+    )
 
 
 class Endpoint(models.Model):
@@ -52,6 +73,9 @@ class Endpoint(models.Model):
     requests_per_minute = models.PositiveIntegerField(
         default=0, help_text="Default limit across all workers; 0 = no limit."
     )
+    # Spend shown on the batch pages and in `rollout`'s summary (studio.spend): both or none.
+    input_price_per_million = _price_field("input")
+    output_price_per_million = _price_field("output")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -63,10 +87,39 @@ class Endpoint(models.Model):
                 condition=Q(concurrency__gte=1) & Q(concurrency__lte=256),
                 name="endpoint_concurrency_range",
             ),
+            models.CheckConstraint(
+                condition=(
+                    Q(input_price_per_million__isnull=True)
+                    & Q(output_price_per_million__isnull=True)
+                )
+                | (
+                    # NOT NULL said outright: a CHECK passes when it comes out NULL.
+                    Q(input_price_per_million__isnull=False)
+                    & Q(output_price_per_million__isnull=False)
+                    & Q(input_price_per_million__gte=0)
+                    & Q(input_price_per_million__lte=PRICE_PER_MILLION_MAX)
+                    & Q(output_price_per_million__gte=0)
+                    & Q(output_price_per_million__lte=PRICE_PER_MILLION_MAX)
+                ),
+                name="endpoint_prices_both_in_range",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        super().clean()
+        # One price without the other would show a spend that leaves out half the tokens.
+        prices = {
+            "input_price_per_million": self.input_price_per_million,
+            "output_price_per_million": self.output_price_per_million,
+        }
+        missing = [name for name, price in prices.items() if price is None]
+        if len(missing) == 1:
+            raise ValidationError(
+                {missing[0]: "Give both prices (input and output), or leave both empty."}
+            )
 
     def allows_model(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
