@@ -1,0 +1,89 @@
+"""`python manage.py probe_set`: perception questions on recorded frames (SPEC section 4)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from curation.command_options import add_filter_flag, command_filters, filters_from_options
+from probes.questions import KINDS
+from probes.services import ProbeSetError, probe_set_create
+from studio.commands import StudioCommand, progress_bar, usage_error
+
+# The export options `filters_from_options` reads beside the filters; a probe set has none.
+_NO_EXPORT_OPTIONS = {
+    "history_frames": None,
+    "val_fraction": None,
+    "kind": None,
+    "format": None,
+    "allow_empty": False,
+}
+
+
+class Command(StudioCommand):
+    help = (
+        "Make a probe set: multiple-choice perception questions on the frames the filters "
+        "select, each answered by the frame's stored game state. The last line is a JSON "
+        "summary: set id, questions, frames, and the right answers' distribution per kind."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--dataset", type=int, metavar="ID", help="use a saved dataset")
+        # The filters of export_jsonl, from their one declaration (TurnSelection).
+        for name in command_filters():
+            add_filter_flag(parser, name)
+        parser.add_argument(
+            "--per-episode",
+            type=int,
+            metavar="N",
+            help="a sample of N frames of each episode, seeded by --seed (default: every frame)",
+        )
+        parser.add_argument(
+            "--kinds",
+            nargs="+",
+            metavar="K",
+            help=f"the kinds of questions (default: all): {', '.join(KINDS)}",
+        )
+        parser.add_argument("--seed", type=int, default=0, help="sampling and choice order")
+        parser.add_argument(
+            "--balance",
+            action="store_true",
+            help="per kind, cut each answer down to the count of the kind's second most "
+            "common answer (see docs/probes.md)",
+        )
+        parser.add_argument("--name", default="", metavar="NAME")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        filters, _ = filters_from_options({**options, **_NO_EXPORT_OPTIONS})
+        if options["per_episode"] is not None and options["per_episode"] < 1:
+            raise usage_error(f"per-episode: {options['per_episode']} is not at least 1")
+        if not -(2**63) <= options["seed"] < 2**63:
+            raise usage_error("seed: not a 64-bit integer")
+        bar = progress_bar(total=None, desc="questions", unit="question")
+        try:
+            with bar:
+                probe_set = probe_set_create(
+                    filters=filters,
+                    kinds=options["kinds"],
+                    seed=options["seed"],
+                    per_episode=options["per_episode"],
+                    balance=options["balance"],
+                    name=options["name"],
+                    progress=lambda done: bar.update(done - bar.n),
+                )
+        except ProbeSetError as exc:
+            raise usage_error(str(exc)) from exc
+        self.stdout.write(json.dumps(probe_set_summary(probe_set)))
+
+
+def probe_set_summary(probe_set) -> dict[str, Any]:
+    """SPEC section 4's last line of `probe_set`."""
+    return {
+        "set_id": probe_set.id,
+        "questions": probe_set.questions_count,
+        "frames": probe_set.frames_count,
+        "kinds": {
+            kind: {"questions": sum(answers.values()), "answers": answers}
+            for kind, answers in probe_set.answers.items()
+        },
+    }
