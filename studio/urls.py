@@ -23,4 +23,5 @@ urlpatterns = [
     path("datasets/", include("curation.urls")),
     path("training/", include("training.urls")),
     path("", include("evaluation.urls")),
+    path("probes/", include("probes.urls")),
 ]

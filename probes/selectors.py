@@ -1,0 +1,257 @@
+"""Reads for the probe pages: sets and runs, a set's answer distribution, a run's answers,
+two runs paired on their questions, the perception leaderboard.
+
+The statistics themselves (accuracy, intervals, chance, the paired difference, confusion
+matrices) are `probes.results`; this module only fetches what it needs, in few queries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Count, Min, Q, QuerySet
+
+from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
+from probes.results import AnswerRecord
+
+# One answer wins at least this share of a kind: the kind measures little (issue 33).
+DOMINANT_SHARE = 0.8
+ACTIVE = (ProbeRun.Status.PENDING, ProbeRun.Status.RUNNING)
+
+
+def sets_newest() -> QuerySet[ProbeSet]:
+    return ProbeSet.objects.annotate(runs_count=Count("runs")).order_by("-created_at", "-id")
+
+
+def runs_newest(*, probe_set: ProbeSet | None = None) -> QuerySet[ProbeRun]:
+    runs = ProbeRun.objects.select_related("probe_set").order_by("-created_at", "-id")
+    return runs.filter(probe_set=probe_set) if probe_set is not None else runs
+
+
+def set_get(*, set_id: int) -> ProbeSet:
+    return ProbeSet.objects.get(id=set_id)
+
+
+def run_get(*, run_id: int) -> ProbeRun:
+    return ProbeRun.objects.select_related("probe_set", "created_by").get(id=run_id)
+
+
+def answer_get(*, answer_id: int) -> ProbeAnswer:
+    return ProbeAnswer.objects.select_related("run").get(id=answer_id)
+
+
+def run_is_active(run: ProbeRun) -> bool:
+    return run.status in ACTIVE
+
+
+@dataclass(frozen=True)
+class AnswerShare:
+    answer: str
+    count: int
+    percent: float
+
+
+@dataclass(frozen=True)
+class KindDistribution:
+    """How a kind's right answers fall: the picture of a set's balance."""
+
+    kind: str
+    questions: int
+    shares: list[AnswerShare]  # most frequent first
+    subjects: list[tuple[str, int]] = field(default_factory=list)  # (subject, questions)
+
+    @property
+    def top(self) -> AnswerShare | None:
+        return self.shares[0] if self.shares else None
+
+    @property
+    def dominated(self) -> bool:
+        """One answer is right on DOMINANT_SHARE of the kind's questions or more: answering
+        it always scores that much without looking."""
+        top = self.top
+        return (
+            top is not None and self.questions > 0 and top.count >= DOMINANT_SHARE * self.questions
+        )
+
+
+def _answer_order(answer: str) -> tuple[int, str]:
+    """Numbers in their order (0, 1, 2, 3+, ..., 10), then words alphabetically."""
+    digits = answer.rstrip("+")
+    return (int(digits), answer) if digits.isdigit() else (10**9, answer)
+
+
+def set_distributions(*, probe_set: ProbeSet) -> list[KindDistribution]:
+    """Each kind of the set, in the set's order, with the share of each right answer (from the
+    counts stored on the set) and its subjects (one query)."""
+    subjects: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    rows = (
+        ProbeQuestion.objects.filter(probe_set=probe_set)
+        .exclude(subject="")
+        .values_list("kind", "subject")
+        .annotate(n=Count("id"))
+        .order_by("kind", "subject")
+    )
+    for kind, subject, n in rows:
+        subjects[kind].append((subject, n))
+    stored = probe_set.answers if isinstance(probe_set.answers, dict) else {}
+    kinds = [k for k in (probe_set.kinds or []) if isinstance(k, str)]
+    kinds += [k for k in stored if k not in kinds]
+    out = []
+    for kind in kinds:
+        counts = stored.get(kind) or {}
+        counts = {str(a): int(n) for a, n in counts.items() if isinstance(n, int) and n > 0}
+        total = sum(counts.values())
+        shares = sorted(
+            (AnswerShare(a, n, 100.0 * n / total) for a, n in counts.items()),
+            key=lambda s: (-s.count, _answer_order(s.answer)),
+        )
+        out.append(KindDistribution(kind, total, shares, subjects.get(kind, [])))
+    return out
+
+
+# --- a run's answers ---------------------------------------------------------------------
+
+ANSWER_SHOWS = {
+    "wrong": "wrong answers",
+    "all": "every answer",
+    "flagged": "flagged",
+    "errors": "errors",
+    "right": "right answers",
+}
+
+
+def run_answers(*, run: ProbeRun, show: str = "wrong", kind: str = "") -> QuerySet[ProbeAnswer]:
+    """A run's answers in the set's order, with their question and frame, narrowed by `show`
+    (a key of ANSWER_SHOWS) and a kind ("" for every kind)."""
+    answers = ProbeAnswer.objects.filter(run=run).select_related(
+        "question", "question__frame", "question__turn"
+    )
+    conditions = {
+        "wrong": Q(correct=False),
+        "right": Q(correct=True),
+        "flagged": Q(flagged=True),
+        "errors": ~Q(error_kind="") | ~Q(error=""),
+        "all": Q(),
+    }
+    answers = answers.filter(conditions.get(show, Q()))
+    if kind:
+        answers = answers.filter(question__kind=kind)
+    return answers.order_by("question__index", "id")
+
+
+def run_answer_counts(*, run: ProbeRun) -> dict[str, int]:
+    """How many answers each of ANSWER_SHOWS lists (the filter's labels), in one query."""
+    row = ProbeAnswer.objects.filter(run=run).aggregate(
+        all=Count("id"),
+        right=Count("id", filter=Q(correct=True)),
+        wrong=Count("id", filter=Q(correct=False)),
+        flagged=Count("id", filter=Q(flagged=True)),
+        errors=Count("id", filter=~Q(error_kind="") | ~Q(error="")),
+    )
+    return {key: row[key] or 0 for key in ANSWER_SHOWS}
+
+
+def answer_records(*, run_id: int) -> list[AnswerRecord]:
+    """Every answer of a run with what `probes.results` reads of its question, in the set's
+    order: accuracy, chance and the confusion matrices are computed from these."""
+    rows = (
+        ProbeAnswer.objects.filter(run_id=run_id)
+        .order_by("question__index")
+        .values_list(
+            "question_id",
+            "question__kind",
+            "question__choices",
+            "question__answer",
+            "choice",
+            "question__subject",
+            "error_kind",
+        )
+    )
+    return [
+        AnswerRecord(
+            question_id=q,
+            kind=kind,
+            choices=tuple(choices or ()),
+            answer=answer,
+            choice=choice,
+            subject=subject,
+            error_kind=error_kind,
+        )
+        for q, kind, choices, answer, choice, subject, error_kind in rows.iterator(chunk_size=5000)
+    ]
+
+
+def runs_on_set(*, probe_set_id: int, exclude: int | None = None) -> QuerySet[ProbeRun]:
+    """The runs a run can be compared with: the other runs of its set, newest first."""
+    runs = ProbeRun.objects.filter(probe_set_id=probe_set_id).order_by("-created_at", "-id")
+    return runs.exclude(id=exclude) if exclude is not None else runs
+
+
+# --- the perception leaderboard -----------------------------------------------------------
+
+
+def sets_with_finished_runs() -> QuerySet[ProbeSet]:
+    return (
+        ProbeSet.objects.filter(runs__status=ProbeRun.Status.DONE)
+        .distinct()
+        .order_by("-created_at", "-id")
+    )
+
+
+def set_examples(*, probe_set: ProbeSet) -> list[ProbeQuestion]:
+    """The first question of each kind (and subject), with its frame: what the set asks."""
+    firsts = (
+        ProbeQuestion.objects.filter(probe_set=probe_set)
+        .values("kind", "subject")
+        .annotate(first=Min("index"))
+        .order_by()
+    )
+    indexes = [row["first"] for row in firsts]
+    questions = ProbeQuestion.objects.filter(probe_set=probe_set, index__in=indexes)
+    return list(questions.select_related("frame").order_by("index")[:200])
+
+
+@dataclass(frozen=True)
+class DifferingQuestion:
+    question: ProbeQuestion
+    base: ProbeAnswer
+    other: ProbeAnswer
+
+
+def differing_questions(
+    *, base: ProbeRun, other: ProbeRun, question_ids: list[int], limit: int
+) -> list[DifferingQuestion]:
+    """The first `limit` of these questions in the set's order, with both runs' answers."""
+    questions = list(
+        ProbeQuestion.objects.filter(id__in=question_ids)
+        .select_related("frame")
+        .order_by("index")[:limit]
+    )
+    ids = [q.id for q in questions]
+    answers = {
+        (a.run_id, a.question_id): a
+        for a in ProbeAnswer.objects.filter(run__in=(base, other), question_id__in=ids)
+    }
+    return [
+        DifferingQuestion(q, answers[(base.id, q.id)], answers[(other.id, q.id)])
+        for q in questions
+        if (base.id, q.id) in answers and (other.id, q.id) in answers
+    ]
+
+
+def best_runs(*, probe_set: ProbeSet) -> list[ProbeRun]:
+    """The set's best finished run of each (model, observation): the most right answers of
+    those answered (more answered, then the older run, on a tie)."""
+    best: dict[tuple[str, str], ProbeRun] = {}
+    runs = ProbeRun.objects.filter(probe_set=probe_set, status=ProbeRun.Status.DONE).order_by("id")
+    for run in runs:
+        key = (run.model, run.observation)
+        held = best.get(key)
+        if held is None or _standing(run) > _standing(held):
+            best[key] = run
+    return list(best.values())
+
+
+def _standing(run: ProbeRun) -> tuple[float, int]:
+    return (run.correct / run.answered if run.answered else 0.0, run.answered)

@@ -1,0 +1,32 @@
+"""Number formats of the probe pages."""
+
+from __future__ import annotations
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def percent(fraction: float, digits: int = 1) -> str:
+    """0.4567 -> "45.7%"."""
+    return f"{100 * float(fraction):.{int(digits)}f}%"
+
+
+@register.filter
+def share(part: int, whole: int) -> str:
+    """A count of a whole in percent, one decimal; "—" of nothing."""
+    return f"{100 * part / whole:.1f}%" if whole else "—"
+
+
+@register.filter
+def points(difference: float, digits: int = 1) -> str:
+    """A difference of fractions in signed percentage points: +3.2, -1.0 (a true minus), 0.0."""
+    text = f"{100 * float(difference):+.{int(digits)}f}"
+    return text.lstrip("+") if float(text) == 0 else text.replace("-", "\u2212")
+
+
+@register.filter
+def letter(position: int) -> str:
+    """The letter a choice is asked with: 0 -> A."""
+    return chr(ord("A") + int(position)) if 0 <= int(position) < 26 else str(position)
