@@ -15,6 +15,7 @@ imports it; studio imports no app, it walks what was registered (`job_kinds`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import sys
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 from studio import claims, queue
 from studio.claims import DONE, PENDING, RUNNING, ClaimLost
 from studio.untrusted import storable
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ERROR_CAP",
@@ -163,26 +166,42 @@ class JobKind:
         row's own task."""
         return queue.send(task, pk)
 
-    def to_resend(self) -> list[int]:
+    def to_resend(self, *, broker_lost: bool = False) -> list[int]:
         """The rows the periodic requeue sends again: whose worker died (a stale heartbeat),
-        then those pending whose message never left or was lost."""
+        then those pending whose message never left or was lost.
+
+        `broker_lost` (`studio.queue.broker_lost_messages`: the broker lost what it held)
+        counts every pending row that was sent as lost, at once; otherwise a message is
+        presumed lost after `STUDIO_REQUEUE_PENDING_SECONDS`.
+        """
         rows = self.rows() if self.rows is not None else self.model.objects.all()
         if self.claimable is not None:
             rows = rows.filter(self.claimable)
         waiting = self.waiting_rows() if self.waiting_rows is not None else None
         if waiting is not None and self.claimable is not None:
             waiting = waiting.filter(self.claimable)
-        return claims.jobs_to_resend(
+        ids = claims.jobs_to_resend(
             rows=rows,
             stale_after=self.stale_after(),
             working=self.working,
             waiting_rows=waiting,
             created_field=self.created_field,
         )
+        if broker_lost:
+            chosen = set(ids)
+            sent = (rows if waiting is None else waiting).filter(
+                status=PENDING, enqueued_at__isnull=False
+            )
+            ids += [
+                pk
+                for pk in sent.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=5000)
+                if pk not in chosen
+            ]
+        return ids
 
-    def requeue(self) -> list[int]:
+    def requeue(self, *, broker_lost: bool = False) -> list[int]:
         """Send again what `to_resend` picks; the ids sent (up to where the broker failed)."""
-        ids = self.to_resend()
+        ids = self.to_resend(broker_lost=broker_lost)
         return ids[: queue.resend(self.model, self.task, ids)]
 
     # -- a worker's claim ----------------------------------------------------------------
@@ -292,8 +311,14 @@ def job_kinds() -> list[JobKind]:
 
 
 def jobs_requeue() -> dict[str, int]:
-    """Every kind's `requeue` (what beat runs every minute): how many of each were sent."""
-    return {kind.name: len(kind.requeue()) for kind in job_kinds()}
+    """Every kind's `requeue` (what beat runs every minute): how many of each were sent.
+
+    When the broker lost its messages (`studio.queue.broker_lost_messages`, asked once for
+    all kinds) every pending row that was sent is sent again."""
+    broker_lost = queue.broker_lost_messages()
+    if broker_lost:
+        logger.warning("the broker lost its messages: sending every waiting job again")
+    return {kind.name: len(kind.requeue(broker_lost=broker_lost)) for kind in job_kinds()}
 
 
 def retry_after_outage(task: Any, exc: BaseException | None = None, **options: Any) -> Exception:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis.exceptions
 from django.utils import timezone
 from kombu.exceptions import BatchPublishError, OperationalError
 
@@ -107,3 +108,36 @@ def _send_run(task: Task, ids: list[int]) -> list[int]:
         # The connection could not be had, or a round trip failed.
         logger.info("%s: %s not sent (%s)", QUEUE_UNREACHABLE, _name(task), plain_error(exc))
     return sent
+
+
+# A key the periodic requeue keeps in the broker's Redis: when it is gone, so are the messages
+# that were there with it (Redis restarted without persistence, as the README starts it, or
+# was flushed).
+BROKER_MARK = "studio:broker-mark"
+
+
+def broker_lost_messages() -> bool:
+    """Whether the broker lost every message it held since this was last asked: the mark
+    this leaves in it is gone (and is set again). False when that cannot be known: another
+    broker than Redis (the demo's files outlive a restart), or one that does not answer.
+
+    The periodic requeue then sends again every pending row that was sent, at once, instead
+    of after `STUDIO_REQUEUE_PENDING_SECONDS` (an hour): a Redis restart without persistence
+    loses the queued messages, and the countdowns of the retries workers were holding. Rows
+    whose message is in the new Redis already (sent since it came back) get a second one,
+    which their claim makes harmless; so does a deployment's first run, which finds no mark.
+
+    (Comparing each pending row with the messages the broker holds was the other way: but a
+    row handed to a process of its own, `rollout --inline`, has no message by design, and
+    would have been given to a worker; and reading every message costs as much as the
+    queue is long, every minute.)
+    """
+    if not str(celery_app.conf.broker_url or "").startswith(("redis://", "rediss://")):
+        return False
+    try:
+        with celery_app.connection_for_write() as conn:
+            # SET NX answers whether the key was absent (and sets it).
+            return bool(conn.default_channel.client.set(BROKER_MARK, "1", nx=True))
+    except (OperationalError, OSError, redis.exceptions.RedisError) as exc:
+        logger.info("%s: %s", QUEUE_UNREACHABLE, plain_error(exc))
+        return False

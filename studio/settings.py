@@ -5,6 +5,7 @@ from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -206,6 +207,25 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Two queues, and every worker consumes both (`celery -A studio worker` takes every queue
+# named here): the periodic requeue and takeover go on the control queue, so they never wait
+# behind a batch's hundreds of episode messages, only for a worker's next free thread.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+STUDIO_CONTROL_QUEUE = "studio-control"
+CELERY_TASK_QUEUES = [
+    Queue("celery", Exchange("celery"), routing_key="celery"),
+    Queue(STUDIO_CONTROL_QUEUE, Exchange(STUDIO_CONTROL_QUEUE), routing_key=STUDIO_CONTROL_QUEUE),
+]
+CELERY_TASK_ROUTES = {
+    name: {"queue": STUDIO_CONTROL_QUEUE}
+    for name in (
+        "studio.tasks.jobs_requeue",
+        # Beat's former entries, for messages still queued under their names.
+        "rollouts.tasks.episodes_requeue_stale",
+        "rollouts.tasks.turn_bulk_flags_requeue",
+        "datasets.tasks.datasets_requeue_waiting",
+    )
+}
 CELERY_BEAT_SCHEDULE = {
     # Every job kind (`studio.jobs`): what a dead worker left, or what never reached the broker.
     "requeue-jobs": {
@@ -284,12 +304,24 @@ REDIS_URL = env.str(
 # serve all, and a human game's snapshot any web worker. Without Redis (the SQLite demo), each
 # process keeps its own in memory. Short timeouts: a dead Redis costs a page a miss, not a hang.
 if REDIS_URL.startswith("redis"):
+    from redis.backoff import ConstantBackoff
+    from redis.exceptions import ConnectionError as _RedisConnectionError
+    from redis.retry import Retry
+
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": env.str("STUDIO_CACHE_PREFIX", default="studio"),
-            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 5},
+            "OPTIONS": {
+                "socket_connect_timeout": 1,
+                "socket_timeout": 5,
+                # A pooled connection idle for 10 s is checked (PING) before it is used, and a
+                # command on a connection Redis closed (it restarted) is sent again once on a
+                # new one: a Redis restart costs no page and no worker's task a cache error.
+                "health_check_interval": 10,
+                "retry": Retry(ConstantBackoff(0.5), 1, supported_errors=(_RedisConnectionError,)),
+            },
         }
     }
 else:

@@ -240,11 +240,12 @@ def celery_worker_running(
 
 
 def queue_purge() -> None:
-    """Drop every message waiting in the broker's queue (a former test's, a killed run's)."""
+    """Drop every message waiting in the broker's queues (a former test's, a killed run's)."""
     from studio.celery import app
 
     with app.connection_for_write() as conn:
-        conn.default_channel.queue_purge("celery")
+        for name in app.amqp.queues:
+            conn.default_channel.queue_purge(name)
 
 
 def queue_drained(timeout: float = 30) -> None:
@@ -253,7 +254,8 @@ def queue_drained(timeout: float = 30) -> None:
 
     def nothing_waits() -> bool:
         with app.connection_for_write() as conn:
-            return not conn.default_channel.queue_declare("celery").message_count
+            channel = conn.default_channel
+            return not any(channel.queue_declare(name).message_count for name in app.amqp.queues)
 
     wait_until(nothing_waits, timeout=timeout, every=0.1, what="the broker's queue to be empty")
     time.sleep(1.0)  # the last one taken may still be running

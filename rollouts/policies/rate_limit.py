@@ -243,6 +243,29 @@ class LocalLimiter(_LimiterBase):
 _clients: dict[str, object] = {}
 _clients_lock = threading.Lock()
 
+# A connection idle this long is checked (PING) before its next command; a command whose
+# connection turns out broken is sent again on a new one, twice at most, 0.5 s apart. Each
+# worker thread keeps its connection between model calls (`_own_client`): after a Redis
+# restart every one of them was dead, and the next slot taken or released on it failed its
+# episode (16 threads, 16 episodes). Retrying is safe: taking a slot writes the same token
+# again, releasing one removes it again (and wakes a waiter more).
+HEALTH_CHECK_SECONDS = 10
+
+
+def redis_connection_options() -> dict:
+    """What the limiter's Redis connections are opened with (the cache's are alike:
+    `CACHES` in `studio.settings`)."""
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.retry import Retry
+
+    return {
+        "health_check_interval": HEALTH_CHECK_SECONDS,
+        "retry": Retry(
+            ExponentialBackoff(cap=0.5, base=0.25), 2, supported_errors=(RedisConnectionError,)
+        ),
+    }
+
 
 def _redis_client(url: str):
     # One client (and connection pool) per URL and process; redis-py's pool is thread-safe
@@ -252,7 +275,9 @@ def _redis_client(url: str):
         if client is None:
             import redis
 
-            client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+            client = redis.Redis.from_url(
+                url, socket_timeout=10, socket_connect_timeout=5, **redis_connection_options()
+            )
             _clients[url] = client
         return client
 
