@@ -1,0 +1,116 @@
+"""Asking a model one probe question through the rollouts' own model client.
+
+`ProbeAsker` is `rollouts.policies.openai.OpenAIPolicy` with the request's body changed and
+nothing else: the same shared HTTP client (bounded answers, no redirect, plain HTTP where it
+can), the same limiter (concurrency and requests per minute per endpoint, across workers,
+in Redis), the same retries and backoff for 429, 5xx, timeouts and drops, the same
+fail-fast rules (`PolicyUnavailable`: unreachable from the start, 401/403/404 on the first
+answer, or `STUDIO_OPENAI_MAX_FAILED_TURNS` questions in a row failed after their retries),
+the same key handling (an admin-named endpoint's key to that endpoint's URL only), and the
+same reading of a hostile answer (`read_answer`: NUL, lone surrogates and oversize fields
+cleaned and counted as bad output). The body holds no tool: the model answers in text, which
+`probes.prompting.parse_choice` reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from django.conf import settings as django_settings
+
+from probes.prompting import parse_choice
+from rollouts.policies.base import Decision, PolicyUnavailable
+from rollouts.policies.openai import OpenAIPolicy, read_answer
+
+# The call's failures as the policy raises them. Private there: a probe asks through the same
+# `_complete` (retries, limiter, fail-fast), and tells its failures apart the same way.
+from rollouts.policies.openai.policy import _CallFailed, _Unusable
+from rollouts.rollout_settings import RolloutSettings
+from studio.untrusted import storable
+
+ERROR_BYTES = 4000
+PREVIEW_CHARS = 200
+
+
+@dataclass
+class Asked:
+    """What one question's call gave: the choice read ("" for none) and how it went."""
+
+    choice: str = ""
+    model_text: str = ""
+    error_kind: str = ""
+    error: str = ""
+    model_called: bool = False
+    latency_ms: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+
+    @property
+    def requests(self) -> int:
+        """Requests sent for it: the first and each retry (none when nothing was sent)."""
+        return 1 + self.retries if self.model_called else 0
+
+
+class ProbeAsker(OpenAIPolicy):
+    """One per chunk of a run (in one thread): `ask(messages, choices)` per question."""
+
+    def __init__(self, settings: RolloutSettings, *, seed: int) -> None:
+        super().__init__(settings, seed=seed)
+        # No tool is offered: the answer is the message's text.
+        self.params.pop("tool_choice", None)
+
+    def _post(self, messages: list[dict[str, Any]]) -> bytes:
+        # As the policy's `_post`, without `tools`.
+        body = {"model": self.settings.model, "messages": messages, **self.params}
+        response = self.client.post("/chat/completions", body=body, cast_to=httpx2.Response)
+        return response.content
+
+    def ask(self, messages: list[dict[str, Any]], choices: list[str]) -> Asked:
+        """Ask one question; raises `PolicyUnavailable` only when the endpoint is unusable."""
+        decision = Decision(actions=[])
+        try:
+            body = self._complete(messages, decision)
+        except _Unusable as failure:
+            self.failed_turns_in_row = 0  # it answered
+            return _asked(decision, failure.kind, failure.message)
+        except _CallFailed as failure:
+            self.failed_turns_in_row += 1
+            if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
+                raise PolicyUnavailable(
+                    f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} "
+                    f"questions in a row: {failure.message}"
+                ) from failure
+            return _asked(decision, failure.kind, failure.message)
+        self.failed_turns_in_row = 0
+        bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
+        kind = bad[0] if bad else ""
+        # `read_answer` reads a rollout's turn: a text answer is "no_tool_call" there (or a
+        # move it recognised in the text); here text is what is wanted.
+        if decision.tool_calls:
+            return _asked(decision, "tool_call", "answered with a tool call, not a choice")
+        if kind not in ("", "no_tool_call"):
+            return _asked(decision, kind, bad[1])
+        text = decision.model_text or ""
+        choice = parse_choice(text, choices)
+        if choice is None:
+            preview = text.strip()[:PREVIEW_CHARS]
+            return _asked(decision, "unparsed", f"the answer names no choice: {preview!r}")
+        asked = _asked(decision, "", "")
+        asked.choice = choice
+        return asked
+
+
+def _asked(decision: Decision, kind: str, message: str) -> Asked:
+    return Asked(
+        model_text=decision.model_text or "",
+        error_kind=kind,
+        error=storable(message, max_bytes=ERROR_BYTES),
+        model_called=decision.model_called,
+        latency_ms=decision.latency_ms,
+        prompt_tokens=decision.prompt_tokens,
+        completion_tokens=decision.completion_tokens,
+        retries=decision.retries,
+    )

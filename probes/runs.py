@@ -1,0 +1,418 @@
+"""Probe runs: create a run, ask a model every question of its set in claimed chunks, store
+the answers, keep the run's progress and counters, and read what `probes.results` needs.
+
+A run is split into chunks of at most `CHUNK_SIZE` questions (fewer when the run's
+concurrency would otherwise leave workers idle); each chunk is one Celery task that claims
+its row (`probes.jobs.PROBE_CHUNK`), asks its questions one after another through the
+rollouts' model client (`probes.asking`), and stores each answer as it comes, in one
+transaction with the run's counters and a check of its claim. A chunk taken over after its
+worker died (its claim went stale; the periodic requeue sends it again) skips every
+question already answered: a stored answer is never asked again. The last chunk to end
+closes the run. An unusable endpoint (unreachable, refusing the model or the key, or failing
+question after question) fails the run at once with one clear error; `probe_run_resume`
+asks what is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.db import close_old_connections, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from probes import claim_keeper
+from probes.asking import Asked, ProbeAsker
+from probes.jobs import PROBE_CHUNK
+from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, ProbeSet
+from probes.prompting import LETTERS, OBSERVATIONS, question_messages
+from probes.results import AnswerRecord, run_results
+from rollouts.policies.base import PolicyUnavailable
+from rollouts.recording.frame_store import FrameStore
+from rollouts.rollout_settings import RolloutSettings
+from studio.endpoints import (
+    EndpointError,
+    endpoint_check_model,
+    endpoint_enabled_first,
+    endpoint_get,
+)
+from studio.errors import plain_error
+from studio.jobs import ClaimLost, JobOutcome
+from studio.models import Endpoint
+from studio.transactions import commit_without_flush_wait
+from studio.untrusted import storable
+
+logger = logging.getLogger(__name__)
+
+CHUNK_SIZE = 64
+MAX_CONCURRENCY = 256  # as a batch's (`RolloutSettings.concurrency`)
+ERROR_BYTES = 4000
+OPEN = (ProbeRun.Status.PENDING, ProbeRun.Status.RUNNING)
+
+
+class RunError(ValueError):
+    """A run that cannot be made as asked; the message says why in one line."""
+
+
+# --- creating and sending ----------------------------------------------------------------
+
+
+def probe_run_create(
+    *,
+    probe_set: ProbeSet,
+    endpoint_name: str,
+    model: str,
+    observation: str = ProbeRun.Observation.IMAGE,
+    concurrency: int | None = None,
+    created_by=None,
+    enqueue: bool = True,
+) -> ProbeRun:
+    """A pending run of every question of the set, its chunks sent to workers once committed
+    (`enqueue=False`: the caller asks them, `probe_run_inline`). `endpoint_name` is an
+    admin-named chat endpoint; its allowed models apply, and its key goes to its URL only."""
+    try:
+        endpoint = endpoint_get(name=endpoint_name, kind=Endpoint.Kind.CHAT)
+        endpoint_check_model(endpoint=endpoint, model=model)
+    except EndpointError as exc:
+        raise RunError(str(exc)) from exc
+    model = model.strip()
+    if not model or len(model) > 200:
+        raise RunError("model: give a model name of 1 to 200 characters")
+    if observation not in OBSERVATIONS:
+        raise RunError(f"observation: {observation!r} is not one of {', '.join(OBSERVATIONS)}")
+    concurrency = endpoint.concurrency if concurrency is None else int(concurrency)
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise RunError(f"concurrency: {concurrency} is not between 1 and {MAX_CONCURRENCY}")
+    indexes = probe_set.questions.values_list("index", flat=True)
+    total = indexes.count()
+    if not total:
+        raise RunError(f"probe set {probe_set.id} has no questions")
+    widest = max(len(c) for c in probe_set.questions.values_list("choices", flat=True))
+    if widest > len(LETTERS):
+        raise RunError(f"probe set {probe_set.id}: a question has more than 26 choices")
+    first, last = min(indexes), max(indexes) + 1
+    size = chunk_size(total=last - first, concurrency=concurrency)
+    with transaction.atomic():
+        run = ProbeRun.objects.create(
+            probe_set=probe_set,
+            endpoint_name=endpoint.name,
+            base_url=endpoint.base_url,
+            model=model,
+            observation=observation,
+            concurrency=concurrency,
+            questions_total=total,
+            created_by=created_by,
+        )
+        # Without enqueue the caller asks them: stamped as handed over, so the periodic
+        # requeue never sends them to workers behind its back.
+        handed = None if enqueue else timezone.now()
+        chunks = ProbeRunChunk.objects.bulk_create(
+            ProbeRunChunk(
+                run=run,
+                index=i,
+                first=start,
+                last=min(start + size, last),
+                enqueued_at=handed,
+                created_by=created_by,
+            )
+            for i, start in enumerate(range(first, last, size))
+        )
+        if enqueue:
+            ids = [chunk.id for chunk in chunks]
+            transaction.on_commit(lambda: PROBE_CHUNK.enqueue_many(ids))
+    return run
+
+
+def chunk_size(*, total: int, concurrency: int) -> int:
+    """At most `CHUNK_SIZE`, and small enough that `concurrency` chunks can run at once."""
+    return max(1, min(CHUNK_SIZE, math.ceil(total / max(1, concurrency))))
+
+
+def probe_run_inline(
+    *, run: ProbeRun, progress: Callable[[int], None] | None = None, workers: int | None = None
+) -> ProbeRun:
+    """Ask the run's open chunks in this process (`probe_run --inline`, tests, benchmarks):
+    up to the run's concurrency at once, each in a thread with its own database connection
+    (one by one inside an open transaction, which other connections cannot see into).
+    `progress(answered)` is called after each chunk. Returns the run as it ended."""
+    ids = list(
+        run.chunks.filter(status__in=[ProbeRunChunk.Status.PENDING, ProbeRunChunk.Status.RUNNING])
+        .order_by("index")
+        .values_list("id", flat=True)
+    )
+    workers = run.concurrency if workers is None else workers
+    if transaction.get_connection().in_atomic_block:
+        workers = 1
+
+    def ask(chunk_id: int) -> JobOutcome:
+        try:
+            return probe_chunk_run(chunk_id=chunk_id)
+        finally:
+            if workers > 1:
+                close_old_connections()
+
+    def advanced() -> None:
+        if progress is not None:
+            progress(ProbeRun.objects.values_list("answered", flat=True).get(id=run.id))
+
+    if min(workers, len(ids)) <= 1:
+        for chunk_id in ids:
+            ask(chunk_id)
+            advanced()
+    else:
+        with ThreadPoolExecutor(max_workers=min(workers, len(ids))) as pool:
+            for _ in pool.map(ask, ids):
+                advanced()
+    run.refresh_from_db()
+    return run
+
+
+def probe_run_resume(*, run: ProbeRun, enqueue: bool = True) -> int:
+    """Ask again what a failed run left: its failed chunks start again (skipping what they
+    answered), pending ones are sent again. Returns how many chunks are left to ask."""
+    with transaction.atomic():
+        locked = ProbeRun.objects.select_for_update().get(id=run.id)
+        ProbeRunChunk.objects.filter(run=locked, status=ProbeRunChunk.Status.FAILED).update(
+            status=ProbeRunChunk.Status.PENDING,
+            error="",
+            claim_token="",
+            finished_at=None,
+            enqueued_at=None if enqueue else timezone.now(),
+        )
+        left = list(
+            locked.chunks.exclude(status=ProbeRunChunk.Status.DONE).values_list("id", flat=True)
+        )
+        if left:
+            ProbeRun.objects.filter(id=locked.id).update(
+                status=ProbeRun.Status.RUNNING if locked.started_at else ProbeRun.Status.PENDING,
+                error="",
+                finished_at=None,
+            )
+            if enqueue:
+                transaction.on_commit(lambda: PROBE_CHUNK.enqueue_many(left))
+    run.refresh_from_db()
+    return len(left)
+
+
+def probe_run_fail(*, run_id: int, error: str) -> None:
+    """Stop a run that cannot go on: its open chunks fail (a worker asking one loses its
+    claim and stops before its next answer is stored), and the run says why."""
+    now = timezone.now()
+    error = storable(error, max_bytes=ERROR_BYTES)
+    with transaction.atomic():
+        ProbeRunChunk.objects.filter(
+            run_id=run_id,
+            status__in=[ProbeRunChunk.Status.PENDING, ProbeRunChunk.Status.RUNNING],
+        ).update(status=ProbeRunChunk.Status.FAILED, error=error, claim_token="", finished_at=now)
+        ProbeRun.objects.filter(id=run_id, status__in=OPEN).update(
+            status=ProbeRun.Status.FAILED, error=error, finished_at=now
+        )
+
+
+# --- asking a chunk ----------------------------------------------------------------------
+
+
+def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
+    """Claim the chunk and ask its questions not answered yet, storing each answer as it
+    comes. Idempotent: a second delivery finds the chunk claimed or ended."""
+    token = PROBE_CHUNK.claim(chunk_id)
+    if token is None:
+        return PROBE_CHUNK.unclaimed(chunk_id)
+    chunk = ProbeRunChunk.objects.select_related("run", "run__probe_set").get(id=chunk_id)
+    run = chunk.run
+    ProbeRun.objects.filter(id=run.id, status=ProbeRun.Status.PENDING).update(
+        status=ProbeRun.Status.RUNNING, started_at=timezone.now()
+    )
+    claim_keeper.keep(chunk_id, token)
+    try:
+        asker = ProbeAsker(asker_settings(run), seed=run.probe_set.seed)
+        store = FrameStore()
+        for question in _questions_left(chunk):
+            asked = _ask(asker, run=run, question=question, store=store)
+            _answer_store(run=run, chunk_id=chunk_id, token=token, question=question, asked=asked)
+    except ClaimLost:
+        logger.warning("probe chunk %s: claim lost, leaving it to its new owner", chunk_id)
+        return "claim_lost"
+    except PolicyUnavailable as exc:
+        probe_run_fail(run_id=run.id, error=str(exc))
+        return "failed"
+    except Exception as exc:  # a poison chunk is set aside, and its run with it: never stuck
+        # An outage (the database or the broker gone) hands the claim back and is raised
+        # again here, for the task to retry: the chunk goes on from its last stored answer.
+        PROBE_CHUNK.fail(chunk_id, token, plain_error(exc))
+        logger.exception("probe chunk %s failed", chunk_id)
+        probe_run_fail(run_id=run.id, error=f"chunk {chunk.index}: {plain_error(exc)}")
+        return "failed"
+    finally:
+        claim_keeper.let_go(chunk_id)
+    if PROBE_CHUNK.finish(chunk_id, token):
+        _run_close_if_complete(run_id=run.id)
+    return "done"
+
+
+def asker_settings(run: ProbeRun) -> RolloutSettings:
+    """The client's options: the run's endpoint, URL, model and concurrency, the endpoint's
+    requests per minute, and the rollouts' defaults for the rest (retries, timeout)."""
+    endpoint = endpoint_enabled_first(kind=Endpoint.Kind.CHAT, name=run.endpoint_name)
+    return RolloutSettings(
+        policy="openai",
+        model=run.model,
+        endpoint=run.endpoint_name,
+        base_url=run.base_url,
+        concurrency=min(max(1, run.concurrency), MAX_CONCURRENCY),
+        requests_per_minute=endpoint.requests_per_minute if endpoint is not None else 0,
+        name=f"probe run {run.id}",
+    )
+
+
+def _questions_left(chunk: ProbeRunChunk):
+    answered = ProbeAnswer.objects.filter(run_id=chunk.run_id).values("question_id")
+    fields = ["id", "index", "kind", "text", "choices", "answer"]
+    related = {"image": ("frame", "frame__image"), "text": ("turn", "turn__observation_text")}
+    joined = related.get(chunk.run.observation)
+    if joined is not None:
+        fields.append(joined[1])
+    questions = ProbeQuestion.objects.filter(
+        probe_set_id=chunk.run.probe_set_id, index__gte=chunk.first, index__lt=chunk.last
+    ).exclude(id__in=answered)
+    if joined is not None:
+        questions = questions.select_related(joined[0])
+    return questions.only(*fields).order_by("index")
+
+
+def _ask(asker: ProbeAsker, *, run: ProbeRun, question: ProbeQuestion, store: FrameStore) -> Asked:
+    png, observation_text = None, ""
+    if run.observation == ProbeRun.Observation.IMAGE:
+        try:
+            png = store.read(question.frame.image.name)
+        except (OSError, ValueError) as exc:
+            return Asked(error_kind="frame_unreadable", error=storable(str(exc), max_bytes=500))
+    elif run.observation == ProbeRun.Observation.TEXT:
+        turn = question.turn
+        if turn is None or not turn.observation_text:
+            return Asked(error_kind="no_observation_text", error="the frame's turn is gone")
+        observation_text = turn.observation_text
+    messages = question_messages(
+        observation=run.observation,
+        text=question.text,
+        choices=question.choices,
+        png=png,
+        observation_text=observation_text,
+    )
+    return asker.ask(messages, list(question.choices))
+
+
+def _answer_store(
+    *, run: ProbeRun, chunk_id: int, token: str, question: ProbeQuestion, asked: Asked
+) -> None:
+    """The answer, the run's counters and the chunk's heartbeat in one transaction, only
+    while this worker holds the chunk (else `ClaimLost`, and nothing is written)."""
+    correct = bool(asked.choice) and asked.choice == question.answer
+    with transaction.atomic():
+        # A commit lost in a database crash loses that answer only: its question has no
+        # answer, so the chunk's next claim asks it again.
+        commit_without_flush_wait()
+        held = ProbeRunChunk.objects.filter(
+            id=chunk_id, claim_token=token, status=ProbeRunChunk.Status.RUNNING
+        ).update(heartbeat_at=timezone.now())
+        if held != 1:
+            raise ClaimLost(f"probe chunk {chunk_id} was claimed by another worker")
+        ProbeAnswer.objects.create(
+            run_id=run.id,
+            question_id=question.id,
+            choice=asked.choice,
+            correct=correct,
+            model_text=asked.model_text,
+            error=asked.error,
+            error_kind=asked.error_kind[:40],
+            latency_ms=min(asked.latency_ms, 2**31 - 1),
+            prompt_tokens=asked.prompt_tokens,
+            completion_tokens=asked.completion_tokens,
+            retries=min(asked.retries, 32767),
+        )
+        ProbeRun.objects.filter(id=run.id).update(
+            answered=F("answered") + 1,
+            correct=F("correct") + int(correct),
+            errors=F("errors") + int(bool(asked.error_kind)),
+            model_calls=F("model_calls") + asked.requests,
+            model_retries=F("model_retries") + asked.retries,
+            prompt_tokens=F("prompt_tokens") + asked.prompt_tokens,
+            completion_tokens=F("completion_tokens") + asked.completion_tokens,
+        )
+
+
+def _run_close_if_complete(*, run_id: int) -> bool:
+    """Close the run as done once none of its chunks is open. Each chunk's end is committed
+    before it looks, so the last of several ending together sees them all ended."""
+    still_open = ProbeRunChunk.objects.filter(
+        run_id=run_id,
+        status__in=[ProbeRunChunk.Status.PENDING, ProbeRunChunk.Status.RUNNING],
+    )
+    closed = (
+        ProbeRun.objects.filter(id=run_id, status__in=OPEN)
+        .exclude(id__in=still_open.values("run_id"))
+        .update(status=ProbeRun.Status.DONE, finished_at=timezone.now())
+    )
+    return closed == 1
+
+
+# --- reading what results need -----------------------------------------------------------
+
+
+def run_answer_records(*, run_id: int) -> list[AnswerRecord]:
+    """Every stored answer of the run with what `probes.results` needs of its question."""
+    rows = (
+        ProbeAnswer.objects.filter(run_id=run_id)
+        .order_by("question__index")
+        .values_list(
+            "question_id",
+            "question__kind",
+            "question__choices",
+            "question__answer",
+            "question__subject",
+            "choice",
+            "error_kind",
+        )
+    )
+    return [
+        AnswerRecord(
+            question_id=qid,
+            kind=kind,
+            choices=tuple(choices),
+            answer=answer,
+            subject=subject,
+            choice=choice,
+            error_kind=error_kind,
+        )
+        for qid, kind, choices, answer, subject, choice, error_kind in rows
+    ]
+
+
+def probe_run_summary(*, run: ProbeRun) -> dict[str, Any]:
+    """`probe_run`'s last line (SPEC section 4), plus the run's status and counters."""
+    run.refresh_from_db()
+    results = run_results(run_answer_records(run_id=run.id), kinds=run.probe_set.kinds)
+    return {
+        "run_id": run.id,
+        "set_id": run.probe_set_id,
+        "model": run.model,
+        "observation": run.observation,
+        "questions": run.questions_total,
+        "answered": run.answered,
+        "errors": run.errors,
+        "accuracy": round(results.overall.accuracy, 4),
+        "kinds": results.kinds_json(),
+        "status": run.status,
+        "endpoint": run.endpoint_name,
+        "correct": run.correct,
+        "interval": [round(v, 4) for v in results.overall.interval],
+        "chance": round(results.overall.chance, 4),
+        "model_calls": run.model_calls,
+        "model_retries": run.model_retries,
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+    }
