@@ -141,3 +141,15 @@ def broker_lost_messages() -> bool:
     except (OperationalError, OSError, redis.exceptions.RedisError) as exc:
         logger.info("%s: %s", QUEUE_UNREACHABLE, plain_error(exc))
         return False
+
+
+def broker_answers() -> bool:
+    """Whether the broker answers now (one round trip, no retry); always True for the
+    embedded filesystem broker, which has no server to lose."""
+    if not str(celery_app.conf.broker_url or "").startswith(("redis://", "rediss://")):
+        return True
+    try:
+        with celery_app.connection_for_write() as conn:
+            return bool(conn.default_channel.client.ping())
+    except (OperationalError, OSError, redis.exceptions.RedisError):
+        return False

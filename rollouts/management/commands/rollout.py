@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.management.base import CommandError
+from django.db import InterfaceError, OperationalError, connection
 
 from rollouts import selectors
 from rollouts.game.scoring import SCORE_UNIT
@@ -28,8 +30,9 @@ from studio.endpoints import (
     endpoints_enabled,
     endpoints_seed_defaults,
 )
+from studio.errors import plain_error
 from studio.models import Endpoint
-from studio.queue import QUEUE_UNREACHABLE
+from studio.queue import QUEUE_UNREACHABLE, broker_answers
 
 
 class Command(StudioCommand):
@@ -168,12 +171,71 @@ class Command(StudioCommand):
         return progress_bar(total=total, desc=f"batch {batch.id}", unit="episode")
 
     def _wait(self, batch: RolloutBatch) -> None:
+        """Follow the batch until every episode has ended. The database or the broker being
+        down is said in one line when it starts and one when it ends, and following goes on:
+        the workers wait it out too (their episodes resume, none fails for it)."""
         bar = progress_bar(total=batch.episodes_total, desc=f"batch {batch.id}", unit="episode")
+        outage = _Outages(say=lambda line: bar.write(line, file=sys.stderr))
         with bar:
             while True:
-                counts = selectors.batch_episode_counts(batch_id=batch.id)
-                done = counts["finished"] + counts["failed"]
-                bar.update(done - bar.n)
-                if done >= counts["total"]:
-                    return
-                time.sleep(0.5)
+                counts = outage.read(selectors.batch_episode_counts, batch_id=batch.id)
+                if counts is not None:
+                    bar.update(counts["ended"] - bar.n)
+                    if counts["ended"] >= counts["total"]:
+                        return
+                outage.check_broker()
+                time.sleep(WAIT_POLL_SECONDS if counts is not None else WAIT_OUTAGE_SECONDS)
+
+
+# How often `--wait` reads the batch's progress, asks the broker whether it answers, and tries
+# the database again while it is down.
+WAIT_POLL_SECONDS = 0.5
+WAIT_BROKER_SECONDS = 5.0
+WAIT_OUTAGE_SECONDS = 2.0
+
+
+class _Outages:
+    """What `rollout --wait` says of the services it depends on: a line when one stops
+    answering, a line when it is back; no traceback (each read is tried again)."""
+
+    def __init__(self, *, say) -> None:
+        self.say = say
+        self.database_down_since: float | None = None
+        self.broker_down_since: float | None = None
+        self.broker_checked = 0.0
+
+    def read(self, selector, **kwargs):
+        """The selector's answer, or None while the database cannot be reached."""
+        try:
+            value = selector(**kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            # A broken connection is not reopened by itself: the next read opens a new one.
+            connection.close()
+            if self.database_down_since is None:
+                self.database_down_since = time.monotonic()
+                self.say(
+                    f"the database is unreachable ({plain_error(exc).splitlines()[0]}); "
+                    "still following the batch: its episodes resume when it is back"
+                )
+            return None
+        if self.database_down_since is not None:
+            down = time.monotonic() - self.database_down_since
+            self.say(f"the database is back after {down:.0f} s")
+            self.database_down_since = None
+        return value
+
+    def check_broker(self) -> None:
+        now = time.monotonic()
+        if now - self.broker_checked < WAIT_BROKER_SECONDS:
+            return
+        self.broker_checked = now
+        if not broker_answers():
+            if self.broker_down_since is None:
+                self.broker_down_since = now
+                self.say(
+                    f"{QUEUE_UNREACHABLE}; still following the batch: running episodes go "
+                    "on, the others start when it is back"
+                )
+        elif self.broker_down_since is not None:
+            self.say(f"the task queue is back after {now - self.broker_down_since:.0f} s")
+            self.broker_down_since = None
