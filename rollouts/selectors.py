@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import (
@@ -25,13 +28,44 @@ from django.utils import timezone
 from rollouts.game.scoring import crafter_score, score_percent, success_rates
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 
+if TYPE_CHECKING:
+    from rollouts.rollout_settings import RolloutSettings
+from studio.models import Endpoint
+from studio.spend import (
+    GUESS_TEXT,
+    Prices,
+    SpendEstimate,
+    TokensPerCall,
+    price_text,
+    prices_of,
+    spend_estimate,
+    spend_json,
+    spend_or_none,
+    spend_text,
+    tokens_per_call_guess,
+)
+
 
 def batch_episode_counts(*, batch_id: int) -> dict[str, int]:
-    return Episode.objects.filter(batch_id=batch_id).aggregate(
+    """Episodes by status; `ended` is finished, failed and canceled (the batch's counter
+    `episodes_failed` holds both of the last two)."""
+    counts = Episode.objects.filter(batch_id=batch_id).aggregate(
         total=Count("id"),
         finished=Count("id", filter=Q(status=Episode.Status.FINISHED)),
         failed=Count("id", filter=Q(status=Episode.Status.FAILED)),
+        canceled=Count("id", filter=Q(status=Episode.Status.CANCELED)),
     )
+    counts["ended"] = counts["finished"] + counts["failed"] + counts["canceled"]
+    return counts
+
+
+def episode_shares(counts: dict[str, int]) -> dict[str, float]:
+    """Finished, failed and canceled in percent of all episodes (the stacked progress bar)."""
+    total = counts["total"] or 1
+    return {
+        status: round(100 * counts[status] / total, 2)
+        for status in ("finished", "failed", "canceled")
+    }
 
 
 def batch_episodes_resumable(*, batch: RolloutBatch) -> int:
@@ -65,11 +99,15 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
     # Of the batch's model errors, those that were unusable answers rather than failed calls.
     bad_outputs = Episode.objects.filter(batch=batch).aggregate(n=Sum("bad_outputs"))["n"]
     batch.refresh_from_db()
+    # Every request sent, counted by the batch's own counters: canceled and failed
+    # episodes' calls included. Spend only where the endpoint has prices (SPEC section 4).
+    spend = batch_spend(batch=batch, prices=batch_prices(batch=batch))
     return {
         "batch_id": batch.id,
         "episodes": counts["total"],
         "finished": counts["finished"],
         "failed": counts["failed"],
+        "canceled": counts["canceled"],
         "mean_steps": round(agg["mean_steps"] or 0.0, 2),
         "mean_achievements": round(agg["mean_achievements"] or 0.0, 3),
         "crafter_score": score_percent(crafter_score(batch_success_rates(batch_id=batch.id))),
@@ -80,9 +118,153 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "model_retries": batch.model_retries,
         "prompt_tokens": batch.prompt_tokens,
         "completion_tokens": batch.completion_tokens,
+        **({"spend": spend_json(spend)} if spend is not None else {}),
         "status": batch.status,
         **_sample_summary(batch=batch),
     }
+
+
+def endpoint_prices(*, name: str) -> Prices | None:
+    """The prices an admin set on the named model endpoint, as they are now."""
+    if not name:
+        return None
+    return prices_of(Endpoint.objects.filter(name=name, kind=Endpoint.Kind.CHAT).first())
+
+
+def batch_prices(*, batch: RolloutBatch) -> Prices | None:
+    """The batch's endpoint's prices as they are *now*, not when it played (the batch keeps
+    no copy): a batch played at an earlier price shows what it would cost today. A batch sent
+    to a URL no endpoint names has none."""
+    return endpoint_prices(name=batch.endpoint_name)
+
+
+def batch_spend(*, batch: RolloutBatch, prices: Prices | None) -> Decimal | None:
+    return spend_or_none(
+        prompt_tokens=batch.prompt_tokens,
+        completion_tokens=batch.completion_tokens,
+        prices=prices,
+    )
+
+
+def spend_shown(*, value: Decimal | None, prices: Prices | None) -> dict[str, str]:
+    """Spend as the pages show it, with the tooltip that says where the prices come from."""
+    if prices is None:
+        return {
+            "text": "no prices set",
+            "title": "The endpoint has no prices: an admin sets them under Admin, Endpoints.",
+        }
+    return {
+        "text": spend_text(value),
+        "title": "At the endpoint's prices as they are now (not when it played): "
+        f"${price_text(prices.input_per_million)} input and "
+        f"${price_text(prices.output_per_million)} output per million tokens",
+    }
+
+
+def episodes_with_spend(episodes: Iterable[Episode], *, prices: Prices | None) -> list[Episode]:
+    """The episodes, each with `spend` (Decimal, or None without prices) and `spend_text`."""
+    rows = list(episodes)
+    for episode in rows:
+        episode.spend = spend_or_none(
+            prompt_tokens=episode.prompt_tokens,
+            completion_tokens=episode.completion_tokens,
+            prices=prices,
+        )
+        episode.spend_text = spend_text(episode.spend)
+    return rows
+
+
+def batches_with_spend(batches: Iterable[RolloutBatch]) -> list[RolloutBatch]:
+    """A page of the batch list, each batch with `spend_shown` (see `batches_with_progress`,
+    which annotates the prices and the canceled episodes)."""
+    rows = list(batches)
+    for batch in rows:
+        prices = None
+        if batch.input_price is not None and batch.output_price is not None:
+            prices = Prices(batch.input_price, batch.output_price)
+        batch.spend_shown = spend_shown(
+            value=batch_spend(batch=batch, prices=prices), prices=prices
+        )
+        # The batch's counter `episodes_failed` holds its canceled episodes too.
+        batch.failed_only = max(batch.episodes_failed - batch.canceled, 0)
+        total = batch.episodes_total or 1
+        batch.canceled_percent = round(100 * batch.canceled / total, 2)
+        batch.failed_only_percent = round(100 * batch.failed_only / total, 2)
+    return rows
+
+
+@dataclass(frozen=True)
+class BatchEstimate:
+    """What the batch form says a batch would cost before it starts."""
+
+    episodes: int
+    steps: int
+    model: str
+    endpoint: str
+    per_call: TokensPerCall  # measured (calls > 0) or the stated guess (calls == 0)
+    estimate: SpendEstimate
+    prices: Prices | None
+
+    @property
+    def spend_text(self) -> str:
+        return spend_text(self.estimate.spend)
+
+    @property
+    def guess_text(self) -> str:
+        return GUESS_TEXT
+
+    @property
+    def prices_text(self) -> str:
+        if self.prices is None:
+            return ""
+        return (
+            f"${price_text(self.prices.input_per_million)} input and "
+            f"${price_text(self.prices.output_per_million)} output per million tokens"
+        )
+
+
+def batch_estimate(*, settings: RolloutSettings) -> BatchEstimate | None:
+    """Episodes x steps x the mean tokens per call of this model's earlier batches (or a stated
+    guess), times the endpoint's prices; None for a policy that calls no model."""
+    if settings.policy != RolloutBatch.Policy.OPENAI:
+        return None
+    images = 0 if settings.observation_mode == "text" else 1 + settings.history_frames
+    per_call = model_tokens_per_call(model=settings.model) or tokens_per_call_guess(images=images)
+    prices = endpoint_prices(name=settings.endpoint)
+    episodes = len(settings.seeds) * settings.samples_per_seed
+    return BatchEstimate(
+        episodes=episodes,
+        steps=settings.steps,
+        model=settings.model,
+        endpoint=settings.endpoint,
+        per_call=per_call,
+        estimate=spend_estimate(
+            episodes=episodes, steps=settings.steps, per_call=per_call, prices=prices
+        ),
+        prices=prices,
+    )
+
+
+def model_tokens_per_call(*, model: str) -> TokensPerCall | None:
+    """Mean prompt and completion tokens per call over every earlier batch of this model
+    (whatever its endpoint), or None when none made a call."""
+    totals = RolloutBatch.objects.filter(
+        policy=RolloutBatch.Policy.OPENAI, model=model, model_calls__gt=0
+    ).aggregate(
+        calls=Sum("model_calls"),
+        prompt=Sum("prompt_tokens"),
+        completion=Sum("completion_tokens"),
+        batches=Count("id"),
+    )
+    if not totals["calls"]:
+        return None
+    calls = Decimal(totals["calls"])
+    return TokensPerCall(
+        prompt=Decimal(totals["prompt"]) / calls,
+        completion=Decimal(totals["completion"]) / calls,
+        calls=totals["calls"],
+        batches=totals["batches"],
+    )
 
 
 def _sample_summary(*, batch: RolloutBatch) -> dict[str, Any]:
@@ -170,8 +352,9 @@ ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNIN
 
 
 def batches_with_progress() -> QuerySet[RolloutBatch]:
-    """Newest first, each with the mean achievement count of its finished episodes."""
-    # A correlated subquery: computed for the page's batches only, not grouped over all.
+    """Newest first, each with the mean achievement count of its finished episodes, how many
+    of its episodes were canceled, and its endpoint's prices (see `batches_with_spend`)."""
+    # Correlated subqueries: computed for the page's batches only, not grouped over all.
     mean = (
         Episode.objects.filter(batch=OuterRef("pk"), status=Episode.Status.FINISHED)
         .order_by()
@@ -179,10 +362,21 @@ def batches_with_progress() -> QuerySet[RolloutBatch]:
         .annotate(mean=Avg("achievement_count"))
         .values("mean")
     )
+    canceled = (
+        Episode.objects.filter(batch=OuterRef("pk"), status=Episode.Status.CANCELED)
+        .order_by()
+        .values("batch")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    endpoint = Endpoint.objects.filter(name=OuterRef("endpoint_name"), kind=Endpoint.Kind.CHAT)
     return (
         RolloutBatch.objects.select_related("created_by")
         .annotate(
             mean_achievements=Subquery(mean),
+            canceled=Coalesce(Subquery(canceled), 0),
+            input_price=Subquery(endpoint.values("input_price_per_million")[:1]),
+            output_price=Subquery(endpoint.values("output_price_per_million")[:1]),
             idle=ExpressionWrapper(_human_idle(), output_field=BooleanField()),
         )
         .order_by("-created_at", "-id")

@@ -8,6 +8,7 @@ app_name = "rollouts"
 urlpatterns = [
     path("rollouts/", views.batch_list, name="batch_list"),
     path("rollouts/new/", views.batch_create, name="batch_create"),
+    path("rollouts/new/estimate/", views.batch_estimate, name="batch_estimate"),
     path("rollouts/<int:batch_id>/", views.batch_detail, name="batch_detail"),
     path("rollouts/<int:batch_id>/resume/", views.batch_resume, name="batch_resume"),
     path("rollouts/<int:batch_id>/cancel/", views.batch_cancel, name="batch_cancel"),

@@ -39,6 +39,7 @@ def batch_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(selectors.batches_with_progress(), BATCHES_PER_PAGE).get_page(
         request.GET.get("page")
     )
+    page.object_list = selectors.batches_with_spend(page.object_list)
     context = {
         "page": page,
         "poll": selectors.batches_any_active(),
@@ -78,8 +79,32 @@ def batch_create(request: HttpRequest) -> HttpResponse:
             )
         return redirect("rollouts:batch_detail", batch_id=batch.id)
     return render(
-        request, "rollouts/batch_new.html", {"form": form, "source": source if initial else None}
+        request,
+        "rollouts/batch_new.html",
+        {
+            "form": form,
+            "source": source if initial else None,
+            # Sent back with errors: the estimate of what was typed (else htmx asks on load).
+            "estimate": _estimate(form) if form.is_bound else None,
+        },
     )
+
+
+@require_GET
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def batch_estimate(request: HttpRequest) -> HttpResponse:
+    """What the batch form's values would cost: the form asks again as it changes (htmx)."""
+    return render(
+        request,
+        "rollouts/partials/batch_estimate.html",
+        {"estimate": _estimate(BatchCreateForm(request.GET))},
+    )
+
+
+def _estimate(form: BatchCreateForm) -> dict[str, object]:
+    if not form.is_valid():
+        return {"incomplete": True}
+    return {"batch": selectors.batch_estimate(settings=form.rollout_settings)}
 
 
 @require_POST
@@ -126,6 +151,9 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     episodes = Paginator(
         selectors.batch_episodes(batch_id=batch.id, sort=sort), EPISODES_PER_PAGE
     ).get_page(request.GET.get("page"))
+    prices = selectors.batch_prices(batch=batch)
+    counts = selectors.batch_episode_counts(batch_id=batch.id)
+    episodes.object_list = selectors.episodes_with_spend(episodes.object_list, prices=prices)
     rates = selectors.batch_success_rates(batch_id=batch.id)
     active = selectors.batch_is_active(batch=batch)
     if request.htmx and not active and request.GET.get("poll"):
@@ -147,6 +175,12 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         # No finished episode, no score: "—", not a 0.00% that reads like a result.
         "score": score_text(crafter_score(rates) if batch.episodes_finished else None),
         "stats": selectors.batch_episode_stats(batch_id=batch.id),
+        "counts": counts,
+        "shares": selectors.episode_shares(counts),
+        "priced": prices is not None,
+        "spend": selectors.spend_shown(
+            value=selectors.batch_spend(batch=batch, prices=prices), prices=prices
+        ),
         "active": active,
         "poll_seconds": POLL_SECONDS,
         "settings_rows": selectors.batch_settings_rows(batch=batch),

@@ -15,7 +15,7 @@ MILLION = Decimal(1_000_000)
 # The summary's JSON carries spend to a millionth of a dollar (a few tokens of a cheap model).
 JSON_PLACES = Decimal("0.000001")
 CENT = Decimal("0.01")
-# Below a dollar the pages show four places: a short batch of a cheap model costs fractions
+# Below a cent the pages show four places: a short batch of a cheap model costs fractions
 # of a cent, and "$0.00" would read as free.
 SMALL_PLACES = Decimal("0.0001")
 
@@ -68,7 +68,7 @@ def spend_text(value: Decimal | None) -> str:
     """For the pages: "$12.35", "$0.0042"; "—" when unknown."""
     if value is None:
         return "—"
-    places = CENT if value >= 1 or value == 0 else SMALL_PLACES
+    places = CENT if value >= CENT or value == 0 else SMALL_PLACES
     return f"${value.quantize(places, rounding=ROUND_HALF_UP):,}"
 
 
@@ -123,6 +123,12 @@ def spend_estimate(
 GUESS_PROMPT_TOKENS = 1_000
 GUESS_IMAGE_TOKENS = 85
 GUESS_COMPLETION_TOKENS = 100
+
+
+GUESS_TEXT = (
+    f"{GUESS_PROMPT_TOKENS:,} prompt tokens for the instructions and the text observation, "
+    f"{GUESS_IMAGE_TOKENS} per image shown, and {GUESS_COMPLETION_TOKENS} completion tokens"
+)
 
 
 def tokens_per_call_guess(*, images: int) -> TokensPerCall:

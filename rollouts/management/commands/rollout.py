@@ -104,16 +104,19 @@ class Command(StudioCommand):
         summary = selectors.batch_summary(batch=batch)
         self.stdout.write(json.dumps(summary))
         if (options["inline"] or options["wait"]) and (
-            summary["status"] == RolloutBatch.Status.FAILED or summary["failed"]
+            summary["status"] == RolloutBatch.Status.FAILED
+            or summary["failed"]
+            or summary["canceled"]
         ):
-            # Scripts that wait must be able to tell a batch that failed from one that did not.
+            # Scripts that wait must be able to tell a batch that failed (or was canceled
+            # while they waited) from one that did not.
             batch.refresh_from_db()
             reason = batch.error.splitlines()[0] if batch.error else "see the batch page"
-            raise CommandError(
-                f"batch {batch.id} failed: {summary['failed']} of {summary['episodes']} "
-                f"episodes failed; {reason}",
-                returncode=1,
-            )
+            ended = f"{summary['failed']} of {summary['episodes']} episodes failed"
+            if summary["canceled"]:
+                ended += f", {summary['canceled']} canceled"
+            word = "canceled" if batch.status == RolloutBatch.Status.CANCELED else "failed"
+            raise CommandError(f"batch {batch.id} {word}: {ended}; {reason}", returncode=1)
 
     def _endpoint_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Endpoint name, URL and limits: from --endpoint, a known --base-url, or 'default'."""
