@@ -243,8 +243,13 @@ CELERY_BEAT_SCHEDULE = {
 STUDIO_REQUEUE_GRACE_SECONDS = env.int("STUDIO_REQUEUE_GRACE_SECONDS", default=30)
 STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", default=3600)
 
-# An episode whose worker has not written for this long is presumed dead and may be re-claimed.
-STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=300)
+# An episode whose worker has not renewed its claim for this long is presumed dead and is
+# taken over (resumed from its last written turn). A worker renews the claims of the episodes
+# it plays every third of this, however long a model call takes.
+STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=30)
+# How long an episode waits out a database it cannot reach (reconnecting, backing off) before
+# it hands itself back to be resumed later; it is never failed for it.
+STUDIO_DATABASE_OUTAGE_SECONDS = env.int("STUDIO_DATABASE_OUTAGE_SECONDS", default=300)
 # A person's game (or human fork) with no key pressed for this long is shown idle, not
 # running: the batch pages stop refreshing for a game nobody may come back to.
 STUDIO_HUMAN_IDLE_SECONDS = env.int("STUDIO_HUMAN_IDLE_SECONDS", default=1800)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import redis
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -25,8 +26,18 @@ from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
+from rollouts.recording import claim_keeper
 from rollouts.recording.fork_replay import fork_prefix_of
-from rollouts.recording.recorder import EpisodeRecorder, EpisodeTotals, ForkDiverged
+from rollouts.recording.recorder import (
+    DATABASE_GONE,
+    EPISODE_COUNTERS,
+    EpisodeCanceled,
+    EpisodeRecorder,
+    EpisodeTotals,
+    ForkDiverged,
+    ResumeDiverged,
+    ResumePoint,
+)
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims, queue
 from studio.errors import plain_error
@@ -36,6 +47,9 @@ from studio.transactions import commit_without_flush_wait, fetch_and_commit
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
+
+# An episode in one of these is over: nothing sends it to a worker again (but a resume).
+EPISODE_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED, Episode.Status.CANCELED)
 
 # A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
 Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
@@ -128,7 +142,7 @@ def batch_play_inline(
     interface: a context manager with `update(n)`), advanced once per episode.
     """
     ids = list(
-        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        batch.episodes.exclude(status__in=EPISODE_ENDED)
         .order_by("seed", "sample")
         .values_list("id", flat=True)
     )
@@ -177,7 +191,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
     if batch.policy == RolloutBatch.Policy.HUMAN:
         return 0  # a person plays these, in the browser
     ids = list(
-        batch.episodes.exclude(status__in=[Episode.Status.FINISHED, Episode.Status.FAILED])
+        batch.episodes.exclude(status__in=EPISODE_ENDED)
         .order_by("seed", "sample")
         .values_list("id", flat=True)
     )
@@ -188,16 +202,23 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
-    """Run again what did not finish: failed or canceled episodes start afresh, pending ones
-    and running ones whose worker died (stale heartbeat) are sent again. `rollout --resume`
-    and the batch page's Resume. Returns how many episodes are left to play."""
+    """Run again what did not finish: failed or canceled episodes go on from their last
+    recorded turn (a model's; a baseline's start afresh), pending ones and running ones whose
+    worker died (stale heartbeat) are sent again. `rollout --resume` and the batch page's
+    Resume. Returns how many episodes are left to play."""
     if batch.policy == RolloutBatch.Policy.HUMAN:
         return 0  # a person's game is played on in the browser, or forked
     with transaction.atomic():
         locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
-        # Their partial rows are replaced when replayed (episode_run, attempts > 1).
-        reset = Episode.objects.filter(batch=locked, status=Episode.Status.FAILED).update(
-            status=Episode.Status.PENDING, error="", claim_token="", finished_at=None
+        # Replayed from their recorded turns when played again (episode_run, attempts > 1).
+        reset = Episode.objects.filter(
+            batch=locked, status__in=[Episode.Status.FAILED, Episode.Status.CANCELED]
+        ).update(
+            status=Episode.Status.PENDING,
+            error="",
+            claim_token="",
+            finished_at=None,
+            resume_note=RESUME_REQUESTED,
         )
         left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
         if not enqueue:
@@ -221,8 +242,9 @@ def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
 
 
 def batch_cancel(*, batch: RolloutBatch) -> int:
-    """Stop a pending or running batch: its unfinished episodes fail as canceled, and a worker
-    playing one stops at its next chunk (its claim is withdrawn). Returns episodes stopped."""
+    """Stop a pending or running batch: its unfinished episodes end as canceled. A worker
+    playing one keeps its claim, writes what it played, stops before its next model call
+    (`EpisodeRecorder`) and lets go (`_episode_canceled`). Returns episodes stopped."""
     now = timezone.now()
     with transaction.atomic():
         locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
@@ -230,12 +252,7 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
             return 0
         stopped = Episode.objects.filter(
             batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
-        ).update(
-            status=Episode.Status.FAILED,
-            error="canceled",
-            claim_token="",
-            finished_at=now,
-        )
+        ).update(status=Episode.Status.CANCELED, error="canceled", finished_at=now)
         RolloutBatch.objects.filter(id=locked.id).update(
             status=RolloutBatch.Status.CANCELED,
             episodes_failed=F("episodes_failed") + stopped,
@@ -244,6 +261,16 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
         )
     batch.refresh_from_db()
     return stopped
+
+
+def batch_episodes_still_playing(*, batch: RolloutBatch) -> int:
+    """Canceled episodes whose worker, alive (a fresh heartbeat), has not let go yet."""
+    fresh = timezone.now() - EPISODE.stale_after()
+    return (
+        Episode.objects.filter(batch=batch, status=Episode.Status.CANCELED, heartbeat_at__gte=fresh)
+        .exclude(claim_token="")
+        .count()
+    )
 
 
 def batch_settings(batch: RolloutBatch) -> RolloutSettings:
@@ -267,6 +294,7 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
         related="batch",
         increment=("attempts",),
         error="",
+        worker=claim_keeper.worker_name(),
     )
     if claimed is None:
         return None
@@ -285,8 +313,23 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
     return token, episode
 
 
+# What `batch_resume` writes on the episodes it sends again: a resume asked for, not a
+# worker lost (`episode_run` tells them apart by it).
+RESUME_REQUESTED = "resumed on request"
+
+# A broker (the limiter's Redis) or database that cannot be reached: not the episode's fault.
+SERVICE_GONE = (*DATABASE_GONE, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
 def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
-    """Claim, (re)play from the start and record one episode. Idempotent.
+    """Claim, play and record one episode. Idempotent.
+
+    A model episode that was played before (its worker died, or it failed or was canceled
+    and is resumed) goes on from its last recorded turn: the recorded actions are replayed,
+    each frame checked against its stored sha256, and no call is made again for a recorded
+    turn; only a replay that does not give the stored frames starts over, and says so
+    (`resume_note`). A baseline's calls cost nothing: it starts over. A database or broker
+    that cannot be reached hands the episode back ("retry"), never fails it.
 
     `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
     operator gave when no admin-named endpoint is involved (`rollouts.policies.endpoints`).
@@ -295,23 +338,32 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
     if claimed is None:
         return EPISODE.unclaimed(episode_id)
     token, episode = claimed
-    if episode.attempts > 1:
-        # A previous attempt may have left part of the episode: replace it, never add to it.
-        with transaction.atomic():
-            Turn.objects.filter(episode=episode).delete()
-            Frame.objects.filter(episode=episode).delete()
     settings = batch_settings(episode.batch)
-    try:
-        prefix = _fork_prefix(episode)
-    except ValueError as exc:  # ForkError: the fork point is gone
-        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
-        return "failed"
     try:
         policy = build_policy(
             settings, seed=int(episode.seed), sample=episode.sample, cli_api_key=cli_api_key
         )
     except PolicyUnavailable as exc:
         batch_fail(batch=episode.batch, error=str(exc))
+        episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
+        return "failed"
+    try:
+        return _episode_play(episode=episode, token=token, settings=settings, policy=policy)
+    except SERVICE_GONE as exc:
+        logger.warning("episode %s: %s; handed back, to resume", episode_id, plain_error(exc))
+        _episode_hand_back(episode=episode, claim_token=token)
+        return "retry"
+    finally:
+        policy.close()
+
+
+def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, policy) -> JobOutcome:
+    resume = None
+    if episode.attempts > 1:
+        resume = _resume_point(episode=episode, token=token, resumable=policy_calls_model(policy))
+    try:
+        prefix = _fork_prefix(episode) if resume is None else None
+    except ValueError as exc:  # ForkError: the fork point is gone
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
         return "failed"
 
@@ -325,22 +377,38 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
             totals=totals,
         )
 
-    recorder = EpisodeRecorder(
-        episode=episode,
-        settings=settings,
-        policy=policy,
-        claim_token=token,
-        prefix=prefix,
-        end=finish,
-    )
+    def recorder_for(resume: ResumePoint | None, prefix) -> EpisodeRecorder:
+        return EpisodeRecorder(
+            episode=episode,
+            settings=settings,
+            policy=policy,
+            claim_token=token,
+            prefix=prefix,
+            resume=resume,
+            end=finish,
+        )
+
+    recorder = recorder_for(resume, prefix)
     try:
-        recorder.play()  # ends the episode as finished with its last rows (`finish`)
+        try:
+            recorder.play()  # ends the episode as finished with its last rows (`finish`)
+        except ResumeDiverged as exc:
+            # Never play on from a game that is not the one recorded: start over, say so.
+            logger.warning("episode %s: resume diverged (%s), starting over", episode.id, exc)
+            _episode_start_over(episode=episode, note=f"started over: {exc}")
+            recorder = recorder_for(None, _fork_prefix(episode))
+            recorder.play()
     except ForkDiverged as exc:
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
         return "failed"
+    except EpisodeCanceled:
+        _episode_canceled(episode=episode, claim_token=token, totals=recorder.totals)
+        return "canceled"
     except ClaimLost:
-        logger.warning("episode %s: claim lost, leaving it to its new owner", episode_id)
+        logger.warning("episode %s: claim lost, leaving it to its new owner", episode.id)
         return "claim_lost"
+    except SERVICE_GONE:
+        raise
     except PolicyUnavailable as exc:
         # The batch first: were this its last episode, ending it would close the batch as
         # finished before it could be marked failed.
@@ -348,7 +416,7 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=recorder.totals)
         return "failed"
     except Exception as exc:  # a poison episode is set aside, never retried forever
-        logger.exception("episode %s failed", episode_id)
+        logger.exception("episode %s failed", episode.id)
         episode_fail(
             episode=episode,
             claim_token=token,
@@ -356,9 +424,85 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
             totals=recorder.totals,
         )
         return "failed"
-    finally:
-        policy.close()
     return "finished"
+
+
+def policy_calls_model(policy) -> bool:
+    return bool(getattr(policy, "calls_model", False))
+
+
+def _resume_point(*, episode: Episode, token: str, resumable: bool) -> ResumePoint | None:
+    """Where an episode played before goes on from; None to start over (nothing recorded, or
+    a baseline, whose rows are then cleared: they are replaced, never added to)."""
+    turns = list(
+        Turn.objects.filter(episode=episode).order_by("index").values_list("index", "actions")
+    )
+    frames = {
+        step: (frame_id, sha256)
+        for frame_id, step, sha256 in Frame.objects.filter(episode=episode).values_list(
+            "id", "step", "sha256"
+        )
+    }
+    contiguous = [index for index, _ in turns] == list(range(len(turns)))
+    forked_short = episode.forked_at_turn is not None and len(turns) < episode.fork_prefix_turns
+    if not resumable or not turns or not contiguous or forked_short:
+        if turns or frames:
+            _episode_start_over(episode=episode, note="")
+        return None
+    counters = Episode.objects.filter(id=episode.id).values(*EPISODE_COUNTERS).first() or {}
+    lost = episode.resume_note != RESUME_REQUESTED
+    Episode.objects.filter(id=episode.id, claim_token=token).update(
+        resumed_from_turn=len(turns),
+        resume_note="",
+        **({"lost_worker_at": timezone.now()} if lost and episode.lost_worker_at is None else {}),
+    )
+    return ResumePoint(
+        actions=[list(actions) for _, actions in turns],
+        frames=frames,
+        stored_through=max(frames),
+        counters=counters,
+    )
+
+
+def _episode_start_over(*, episode: Episode, note: str) -> None:
+    """Clear what an earlier attempt recorded: the episode is played again from its start."""
+    with transaction.atomic():
+        Turn.objects.filter(episode=episode).delete()
+        Frame.objects.filter(episode=episode).delete()
+        Episode.objects.filter(id=episode.id).update(
+            resume_note=note, resumed_from_turn=0 if note else None
+        )
+
+
+def _episode_hand_back(*, episode: Episode, claim_token: str) -> None:
+    """Give the claim back (pending) so that the task's retry takes it at once; while the
+    database is still down this fails, and the claim goes stale for a takeover instead."""
+    try:
+        Episode.objects.filter(
+            id=episode.id, claim_token=claim_token, status=Episode.Status.RUNNING
+        ).update(status=Episode.Status.PENDING, claim_token="")
+    except DATABASE_GONE:
+        connection.close()
+
+
+def _episode_canceled(*, episode: Episode, claim_token: str, totals: EpisodeTotals) -> None:
+    """A canceled episode's worker lets go: its last counters (its rows are written), and
+    the batch's share of them not counted yet. The batch counted it as ended at the cancel."""
+    with transaction.atomic():
+        let_go = Episode.objects.filter(
+            id=episode.id, claim_token=claim_token, status=Episode.Status.CANCELED
+        ).update(
+            claim_token="",
+            **totals.live_fields(),
+            total_reward=totals.total_reward,
+            achievements=totals.achievements,
+            achievement_count=len(totals.achievements),
+        )
+        credit = totals.uncredited()
+        if let_go and any(credit.values()):
+            RolloutBatch.objects.filter(id=episode.batch_id).update(
+                **{name: F(name) + value for name, value in credit.items()}
+            )
 
 
 def _fork_prefix(episode: Episode):
@@ -463,12 +607,14 @@ def _batch_count_end(*, batch_id: int, finished: bool, totals, now) -> bool:
             else ""
         )
     )
+    # What the episode's written chunks have not added to the batch already.
+    credit = totals.uncredited()
     params = [
-        totals.model_calls,
-        totals.model_errors + totals.bad_outputs,
-        totals.model_retries,
-        totals.prompt_tokens,
-        totals.completion_tokens,
+        credit["model_calls"],
+        credit["model_errors"],
+        credit["model_retries"],
+        credit["prompt_tokens"],
+        credit["completion_tokens"],
         *open_statuses,
         RolloutBatch.Status.FINISHED,
         *open_statuses,

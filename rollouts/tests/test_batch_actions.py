@@ -7,7 +7,6 @@ from django.urls import reverse
 
 from rollouts.models import Episode, RolloutBatch
 from rollouts.recording import services
-from rollouts.recording.recorder import ClaimLost
 from rollouts.rollout_settings import RolloutSettings
 from studio.models import Endpoint
 
@@ -21,18 +20,18 @@ def _pending_batch(**kwargs) -> RolloutBatch:
     return services.batch_create(settings=RolloutSettings(**kwargs), enqueue=False)
 
 
-def test_it_cancels_a_running_batch_and_withdraws_running_claims():
+def test_it_cancels_a_running_batch_and_its_running_episodes_end_as_canceled():
     batch = _pending_batch()
     running = batch.episodes.get(seed=0)
     token = services.episode_claim(episode_id=running.id)
     assert services.batch_cancel(batch=batch) == 3
     batch.refresh_from_db()
     assert (batch.status, batch.episodes_failed, batch.episodes_finished) == ("canceled", 3, 0)
-    assert set(batch.episodes.values_list("status", "error")) == {("failed", "canceled")}
-    # A delivered task finds nothing to do; the worker that held a claim cannot end it.
+    assert set(batch.episodes.values_list("status", "error")) == {("canceled", "canceled")}
+    # A delivered task finds nothing to do; the worker that held a claim cannot finish it.
     assert services.episode_run(episode_id=batch.episodes.get(seed=1).id) == "done_already"
     services.episode_finish(episode=running, claim_token=token, totals=_no_totals())
-    assert Episode.objects.get(id=running.id).status == "failed"
+    assert Episode.objects.get(id=running.id).status == "canceled"
     assert services.batch_cancel(batch=batch) == 0  # only once
 
 
@@ -56,10 +55,11 @@ def test_it_resumes_failed_and_canceled_episodes_from_the_start():
     assert services.batch_resume(batch=batch, enqueue=False) == 0
 
 
-def test_it_stops_a_claim_holder_at_its_next_chunk():
+def test_a_canceled_claim_holder_writes_what_it_played_and_stops_at_its_next_chunk(settings):
     from rollouts.policies import build_policy
-    from rollouts.recording.recorder import EpisodeRecorder
+    from rollouts.recording.recorder import EpisodeCanceled, EpisodeRecorder
 
+    settings.STUDIO_RECORD_CHUNK = 16
     batch = _pending_batch(seeds=(4,), steps=200)
     episode = batch.episodes.get()
     token = services.episode_claim(episode_id=episode.id)
@@ -71,9 +71,10 @@ def test_it_stops_a_claim_holder_at_its_next_chunk():
         policy=build_policy(settings, seed=4),
         claim_token=token,
     )
-    with pytest.raises(ClaimLost):
+    with pytest.raises(EpisodeCanceled):
         recorder.play()
-    assert Episode.objects.get(id=episode.id).turns.count() == 0
+    # The chunk that found the cancel is written (16 turns), and nothing after it.
+    assert Episode.objects.get(id=episode.id).turns.count() == 16
 
 
 def test_it_offers_resume_cancel_and_run_again_to_editors_only(editor, viewer):

@@ -70,7 +70,28 @@ class Command(StudioCommand):
             self.stderr.write(f"Batch {batch.id} canceled: {stopped} episode(s) stopped.")
         else:
             self.stderr.write(f"Batch {batch.id} had already ended ({batch.status}).")
+        self._wait_for_episodes_to_stop(batch)
+        batch.refresh_from_db()
         self.stdout.write(json.dumps(selectors.batch_summary(batch=batch)))
+
+    def _wait_for_episodes_to_stop(self, batch: RolloutBatch) -> None:
+        """Return once no worker plays the batch any more (each stops before its next call,
+        so at most the one call in flight is answered): the summary then counts every call."""
+        settings = services.batch_settings(batch)
+        deadline = time.monotonic() + settings.request_timeout + 10
+        said = False
+        while (playing := services.batch_episodes_still_playing(batch=batch)) and (
+            time.monotonic() < deadline
+        ):
+            if not said:
+                self.stderr.write(f"Waiting for {playing} episode(s) to finish their call.")
+                said = True
+            time.sleep(0.2)
+        if playing:
+            self.stderr.write(
+                f"{playing} episode(s) did not answer in time; their worker stops before its "
+                "next call."
+            )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["cancel"] is not None:

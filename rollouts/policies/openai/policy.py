@@ -7,6 +7,7 @@ import hashlib
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -147,6 +148,9 @@ class OpenAIPolicy:
         }
         self.endpoint_answered = False
         self.failed_turns_in_row = 0
+        # Set by the recorder: raises when the episode must not call again (its batch was
+        # canceled), checked before each retry of a call.
+        self.before_retry: Callable[[], None] | None = None
         # History shows each frame again in later turns: its base64 is made once.
         self.image_urls = ImageUrls(keep=settings.history_frames + 1)
 
@@ -179,6 +183,8 @@ class OpenAIPolicy:
         transient_retries = 0
         connect_failures = 0
         while True:
+            if decision.retries and self.before_retry is not None:
+                self.before_retry()  # a canceled episode sends no retry either
             self.limiter.wait_turn()
             started = time.monotonic()
             wait: float | None = None
