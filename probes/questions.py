@@ -327,13 +327,31 @@ def _rng(seed: int, frame_key: int | str, kind: str, subject: str) -> random.Ran
 # -- balance ----------------------------------------------------------------------------------
 
 
+# Each kind's possible answers in the order they are shown (numbers up, yes before no).
+ANSWERS: dict[str, tuple[str, ...]] = {
+    "facing": FACING_NAMES,
+    "count": COUNT_ANSWERS,
+    "threat_near": YES_NO,
+    "nearest_direction": DIRECTIONS,
+    "vital": DIGITS,
+    "inventory": DIGITS,
+    "night": YES_NO,
+    "asleep": YES_NO,
+}
+
+
 def answer_counts(questions: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:
-    """{kind: {answer: count}} of (kind, answer) pairs, kinds and answers in first-seen order."""
-    counts: dict[str, dict[str, int]] = {}
-    for kind, answer in questions:
-        of_kind = counts.setdefault(kind, {})
-        of_kind[answer] = of_kind.get(answer, 0) + 1
-    return counts
+    """{kind: {answer: count}} of (kind, answer) pairs: the kinds in `KINDS` order, each
+    kind's answers in `ANSWERS` order, only those that occur."""
+    counts: dict[tuple[str, str], int] = {}
+    for key in questions:
+        counts[key] = counts.get(key, 0) + 1
+    result: dict[str, dict[str, int]] = {}
+    for kind in KINDS:
+        of_kind = {a: counts[(kind, a)] for a in ANSWERS[kind] if (kind, a) in counts}
+        if of_kind:
+            result[kind] = of_kind
+    return result
 
 
 def balanced_indices(questions: Sequence[tuple[str, str]], *, seed: int) -> list[int]:
@@ -347,9 +365,12 @@ def balanced_indices(questions: Sequence[tuple[str, str]], *, seed: int) -> list
     by_answer: dict[tuple[str, str], list[int]] = {}
     for i, key in enumerate(questions):
         by_answer.setdefault(key, []).append(i)
+    sizes: dict[str, list[int]] = {}
+    for (kind, _), indices in by_answer.items():
+        sizes.setdefault(kind, []).append(len(indices))
     caps: dict[str, int] = {}
-    for kind, answers in answer_counts(questions).items():
-        ranked = sorted(answers.values(), reverse=True)
+    for kind, counts in sizes.items():
+        ranked = sorted(counts, reverse=True)
         caps[kind] = ranked[1] if len(ranked) > 1 else 0
     kept: list[int] = []
     for (kind, answer), indices in by_answer.items():

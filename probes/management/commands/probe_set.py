@@ -73,7 +73,38 @@ class Command(StudioCommand):
                 )
         except ProbeSetError as exc:
             raise usage_error(str(exc)) from exc
+        for line in distribution_lines(probe_set):
+            self.stdout.write(line)
         self.stdout.write(json.dumps(probe_set_summary(probe_set)))
+
+
+# One answer winning this share of a kind's questions is flagged: "always X" scores that much.
+DOMINANT_SHARE = 0.8
+
+
+def distribution_lines(probe_set) -> list[str]:
+    """The right answers per kind, as shares, for a person reading the terminal."""
+    lines = []
+    for kind in probe_set.kinds:
+        answers = probe_set.answers.get(kind) or {}
+        total = sum(answers.values())
+        if not total:
+            why = (
+                "one answer only on these frames, left out by --balance"
+                if probe_set.balanced
+                else "none"
+            )
+            lines.append(f"{kind}: no questions ({why})")
+            continue
+        shares = ", ".join(f"{a} {n / total:.0%}" for a, n in answers.items())
+        line = f"{kind}: {total:,} questions; answers {shares}"
+        top = max(answers.values())
+        if top >= DOMINANT_SHARE * total:
+            line += (
+                f" (warning: one answer is right {top / total:.0%} of the time; --balance evens it)"
+            )
+        lines.append(line)
+    return lines
 
 
 def probe_set_summary(probe_set) -> dict[str, Any]:
