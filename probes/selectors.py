@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Min, Q, QuerySet
 
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
-from probes.results import AnswerRecord
 
 # One answer wins at least this share of a kind: the kind measures little (issue 33).
 DOMINANT_SHARE = 0.8
@@ -58,12 +57,13 @@ class KindDistribution:
 
     kind: str
     questions: int
-    shares: list[AnswerShare]  # most frequent first
+    shares: list[AnswerShare]  # in the answers' order: 0, 1, 2, 3+; words alphabetically
     subjects: list[tuple[str, int]] = field(default_factory=list)  # (subject, questions)
 
     @property
     def top(self) -> AnswerShare | None:
-        return self.shares[0] if self.shares else None
+        """The answer right most often (the first of them in order, on a tie)."""
+        return max(self.shares, key=lambda s: s.count, default=None)
 
     @property
     def dominated(self) -> bool:
@@ -104,7 +104,7 @@ def set_distributions(*, probe_set: ProbeSet) -> list[KindDistribution]:
         total = sum(counts.values())
         shares = sorted(
             (AnswerShare(a, n, 100.0 * n / total) for a, n in counts.items()),
-            key=lambda s: (-s.count, _answer_order(s.answer)),
+            key=lambda s: _answer_order(s.answer),
         )
         out.append(KindDistribution(kind, total, shares, subjects.get(kind, [])))
     return out
@@ -150,36 +150,6 @@ def run_answer_counts(*, run: ProbeRun) -> dict[str, int]:
         errors=Count("id", filter=~Q(error_kind="") | ~Q(error="")),
     )
     return {key: row[key] or 0 for key in ANSWER_SHOWS}
-
-
-def answer_records(*, run_id: int) -> list[AnswerRecord]:
-    """Every answer of a run with what `probes.results` reads of its question, in the set's
-    order: accuracy, chance and the confusion matrices are computed from these."""
-    rows = (
-        ProbeAnswer.objects.filter(run_id=run_id)
-        .order_by("question__index")
-        .values_list(
-            "question_id",
-            "question__kind",
-            "question__choices",
-            "question__answer",
-            "choice",
-            "question__subject",
-            "error_kind",
-        )
-    )
-    return [
-        AnswerRecord(
-            question_id=q,
-            kind=kind,
-            choices=tuple(choices or ()),
-            answer=answer,
-            choice=choice,
-            subject=subject,
-            error_kind=error_kind,
-        )
-        for q, kind, choices, answer, choice, subject, error_kind in rows.iterator(chunk_size=5000)
-    ]
 
 
 def runs_on_set(*, probe_set_id: int, exclude: int | None = None) -> QuerySet[ProbeRun]:

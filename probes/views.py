@@ -23,6 +23,7 @@ from probes import results, selectors, services_review
 from probes.charts import KindRow, RunSeries, accuracy_svg
 from probes.forms import FlagForm, NoteForm, ProbeRunForm, ProbeSetForm
 from probes.models import ProbeAnswer, ProbeRun, ProbeSet
+from probes.runs import RunError, probe_run_create, run_answer_records
 from probes.services import ProbeSetError, probe_set_create
 from rollouts.models import REVIEW_PERMISSION
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection, selection_summary
@@ -154,8 +155,6 @@ def _set_page(
 @require_POST
 @permission_required(REVIEW_PERMISSION, raise_exception=True)
 def run_create(request: HttpRequest, set_id: int) -> HttpResponse:
-    from probes.runs import ProbeRunError, probe_run_create
-
     probe_set = _object_or_404(selectors.set_get, set_id=set_id)
     form = ProbeRunForm(request.POST)
     if form.is_valid():
@@ -169,7 +168,7 @@ def run_create(request: HttpRequest, set_id: int) -> HttpResponse:
                 concurrency=data["concurrency"],
                 created_by=request.user,
             )
-        except ProbeRunError as exc:
+        except RunError as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Run {run.id} started: {run.questions_total} questions.")
@@ -200,7 +199,7 @@ class KindResult:
 
 
 def _run_results(run: ProbeRun) -> tuple[results.RunResults, list[KindResult], str]:
-    records = selectors.answer_records(run_id=run.id)
+    records = run_answer_records(run_id=run.id)
     kinds = run.probe_set.kinds or []
     measured = results.run_results(records, kinds=kinds)
     matrices = results.confusion_matrices(records, kinds=kinds)
@@ -276,6 +275,7 @@ def _run_body(run: ProbeRun, active: bool) -> dict:
         "done_percent": round(100 * min(run.answered, total) / total, 1) if total else 0,
         "overall": measured.overall,
         "kind_results": rows,
+        "has_subjects": any(r.subjects for r in rows),
         "accuracy_svg": svg,
     }
 
@@ -357,8 +357,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         return render(request, "probes/compare.html", {"error": error, "query": typed}, status=400)
     kinds = base.probe_set.kinds or []
     comparison = results.runs_compare(
-        base=selectors.answer_records(run_id=base.id),
-        other=selectors.answer_records(run_id=other.id),
+        base=run_answer_records(run_id=base.id),
+        other=run_answer_records(run_id=other.id),
         kinds=kinds,
     )
     labels = (_run_label(base), _run_label(other))
@@ -433,7 +433,7 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
         measured = [
             (
                 run,
-                results.run_results(selectors.answer_records(run_id=run.id), kinds=probe_set.kinds),
+                results.run_results(run_answer_records(run_id=run.id), kinds=probe_set.kinds),
             )
             for run in best
         ]
