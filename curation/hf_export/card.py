@@ -57,6 +57,13 @@ def _markdown_json(value: Any) -> str:
     return f"`{text}`"
 
 
+_KIND_WORDS = {
+    "preference": "preference pairs (DPO)",
+    "probe": "vision checkpoints: one multiple-choice question on a frame a row, its right "
+    "answer (from the game's state) as the completion",
+}
+
+
 def write_card(
     root: Path,
     features: dict[str, Any],
@@ -91,7 +98,7 @@ def write_card(
         "Crafter games played by vision-language-model agents, exported by the Crafter VLM "
         "Dataset Studio.",
         "",
-        f"- Kind: {'preference pairs (DPO)' if kind == 'preference' else 'SFT, one row per turn'}",
+        f"- Kind: {_KIND_WORDS.get(kind, 'SFT, one row per turn')}",
         f"- Columns: `images` (PNG frames, embedded), {columns} (chat messages with one "
         '`{"type": "image"}` placeholder per image), `tools` (JSON text) and metadata.',
     ]

@@ -53,8 +53,28 @@ PREFERENCE_METADATA = {
 }
 
 
+# A probe set's question-answer rows (`probes.exporting`): which question, and its answer.
+PROBE_METADATA = {
+    "probe_set_id": _value("int64"),
+    "question": _value("int64"),
+    "kind": _value("string"),
+    "subject": _value("string"),
+    "choices": _list(_value("string")),
+    "answer": _value("string"),
+    "episode_id": _value("int64"),
+    "batch_id": _value("int64"),
+    "seed": _value("int64"),
+    "frame_step": _value("int64"),
+    "model": _value("string"),
+    "policy": _value("string"),
+}
+
+
 def features_for(kind: str, *, with_metadata: bool) -> dict[str, Any]:
-    if kind == "preference":
+    if kind == "probe":
+        columns = {"images": _IMAGES, "prompt": _MESSAGES, "completion": _MESSAGES}
+        metadata = PROBE_METADATA
+    elif kind == "preference":
         columns = {"images": _IMAGES, "prompt": _MESSAGES, "chosen": _MESSAGES}
         columns["rejected"] = _MESSAGES
         metadata = PREFERENCE_METADATA

@@ -8,6 +8,8 @@ import contextlib
 import json
 from typing import Any
 
+from curation.hf_export.features import PROBE_METADATA
+
 _DATA_URL = "data:image/"
 
 
@@ -112,6 +114,21 @@ def sft_columns(row: dict[str, Any], *, tool_calls_as_text: bool) -> dict[str, A
             cumulative_unique=(meta.get("achievements") or {}).get("cumulative_unique"),
             flagged=meta.get("flagged"),
         )
+    return _finish(out, row, images)
+
+
+def probe_columns(row: dict[str, Any], *, tool_calls_as_text: bool) -> dict[str, Any]:
+    """A probe set's question-answer row (`probes.exporting`): an SFT row whose metadata
+    says which question it is (`features.PROBE_METADATA`)."""
+    images: list[bytes] = []
+    messages = row["messages"]
+    out: dict[str, Any] = {
+        "prompt": _messages(messages[:-1], images, tool_calls_as_text=tool_calls_as_text),
+        "completion": _messages(messages[-1:], images, tool_calls_as_text=tool_calls_as_text),
+    }
+    meta = row.get("metadata")
+    if isinstance(meta, dict):
+        out.update({name: meta.get(name) for name in PROBE_METADATA})
     return _finish(out, row, images)
 
 

@@ -19,7 +19,12 @@ import pyarrow.parquet as pq
 
 from curation.hf_export.card import write_card
 from curation.hf_export.features import arrow_schema, features_for
-from curation.hf_export.rows import HFExportError, preference_columns, sft_columns
+from curation.hf_export.rows import (
+    HFExportError,
+    preference_columns,
+    probe_columns,
+    sft_columns,
+)
 from curation.hf_export.splits import SplitResult
 
 SPLIT_NAMES = {"train": "train", "val": "validation"}
@@ -172,7 +177,7 @@ def write_hf_dataset(
         with_metadata = any(isinstance(r, dict) and "metadata" in r for r in first_rows.values())
         features = features_for(kind, with_metadata=with_metadata)
         schema = arrow_schema(features)
-        convert = preference_columns if kind == "preference" else sft_columns
+        convert = {"preference": preference_columns, "probe": probe_columns}.get(kind, sft_columns)
         results: dict[str, SplitResult] = {}
         for split, path in sources.items():
             name = SPLIT_NAMES.get(split, split)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from curation.command_options import (
 )
 from curation.exporting import ExportEmpty
 from curation.hf_export import HFExportError
+from curation.probe_exports import probe_set_options
 from curation.services import hf_export
 from studio.commands import StudioCommand, progress_bar, usage_error
 
@@ -33,6 +35,12 @@ class Command(StudioCommand):
         parser.add_argument("--output", required=True, metavar="DIR", help="a new directory")
         add_filter_arguments(parser, with_format=False)
         parser.add_argument(
+            "--probe-set",
+            type=int,
+            metavar="ID",
+            help="export a probe set's questions (visual question-answer rows) instead of turns",
+        )
+        parser.add_argument(
             "--tool-calls-as-text",
             action="store_true",
             help='the tool call as <tool_call>{"name": ..., "arguments": ...}</tool_call> text, '
@@ -41,7 +49,14 @@ class Command(StudioCommand):
         add_force_argument(parser, replaces="DIR when it exists and is not empty")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        filters, export_options = filters_from_options(options)
+        if options["probe_set"] is not None:
+            exporter, export_options = probe_set_options(options)
+            export = functools.partial(exporter.hf, set_id=options["probe_set"])
+        else:
+            filters, export_options = filters_from_options(options)
+            export = functools.partial(
+                hf_export, filters=filters, tool_calls_as_text=options["tool_calls_as_text"]
+            )
         output = Path(options["output"])
         if not output.parent.is_dir():
             raise usage_error(f"output: directory {str(output.parent)!r} does not exist")
@@ -61,11 +76,9 @@ class Command(StudioCommand):
         bar = progress_bar(total=None, desc="export", unit="row")
         try:
             with bar:
-                result = hf_export(
-                    filters=filters,
+                result = export(
                     options=export_options,
                     output=output if staging is None else staging / "new",
-                    tool_calls_as_text=options["tool_calls_as_text"],
                     progress=lambda done: bar.update(done - bar.n),
                 )
             if staging is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from curation.command_options import (
     refuse_existing,
 )
 from curation.exporting import ExportEmpty, ExportRefused, export_count
+from curation.probe_exports import probe_set_options
 from curation.services import rows_export
 from studio.commands import StudioCommand, progress_bar, usage_error
 
@@ -30,12 +32,25 @@ class Command(StudioCommand):
         parser.add_argument("--output", required=True, metavar="PATH")
         add_filter_arguments(parser)
         parser.add_argument(
+            "--probe-set",
+            type=int,
+            metavar="ID",
+            help="export a probe set's questions (visual question-answer rows) instead of turns",
+        )
+        parser.add_argument(
             "--val-output", metavar="PATH", help="default: OUTPUT with .val.jsonl as suffix"
         )
         add_force_argument(parser, replaces="the output (and validation) file when it exists")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        filters, export_options = filters_from_options(options)
+        probe_set = options["probe_set"]
+        if probe_set is not None:
+            exporter, export_options = probe_set_options(options)
+            export = functools.partial(exporter.jsonl, set_id=probe_set)
+            total = None
+        else:
+            filters, export_options = filters_from_options(options)
+            export = functools.partial(rows_export, filters=filters)
         output = Path(options["output"])
         val_output = None
         if export_options.val_fraction > 0:
@@ -53,12 +68,12 @@ class Command(StudioCommand):
         if val_output is not None:
             refuse_existing(val_output, option="val-output", force=options["force"])
 
-        total = export_count(filters)
+        if probe_set is None:
+            total = export_count(filters)
         bar = progress_bar(total=total, desc="export", unit="row")
         try:
             with bar:
-                result = rows_export(
-                    filters=filters,
+                result = export(
                     options=export_options,
                     output=output,
                     val_output=val_output,
