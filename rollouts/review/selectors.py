@@ -171,6 +171,7 @@ def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Tu
             "episode__id",
             "episode__seed",
             "episode__sample",
+            "episode__status",  # a canceled episode's turns are marked
             "episode__batch__id",
             "episode__batch__name",
             "episode__batch__model",

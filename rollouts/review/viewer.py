@@ -56,7 +56,7 @@ VIEWER_CACHE_MIN_TURNS = 1_000
 VIEWER_CACHE_SECONDS = 24 * 3600
 
 
-_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED)
+_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED, Episode.Status.CANCELED)
 
 
 @dataclass(frozen=True)

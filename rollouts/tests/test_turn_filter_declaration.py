@@ -49,6 +49,7 @@ COMMAND_FLAGS = {
     "include-text-fallback": "include_text_fallback",
     "relabeled": "relabeled",
     "include-fork-prefix": "include_fork_prefix",
+    "include-canceled": "include_canceled",
     "top-per-seed": "top_per_seed",
     "at-or-above-mean": "at_or_above_mean",
 }
@@ -81,6 +82,7 @@ DATASET_FILTERS = {
     "include_text_fallback",
     "relabeled",
     "include_fork_prefix",
+    "include_canceled",
     "top_per_seed",
     "at_or_above_mean",
 }

@@ -264,6 +264,18 @@ class TurnSelection:
         flag="include-fork-prefix",
         flag_help="also export the turns a fork replays from its original",
     )
+    # An episode its batch's Cancel stopped is kept and reviewable (the turn list shows it,
+    # marked), but it ended where nobody chose: datasets leave it out unless asked for.
+    include_canceled: bool = filter_option(
+        False,
+        dataset=True,
+        label="Include canceled episodes",
+        help="Turns of episodes stopped by their batch's Cancel; left out by default.",
+        flag="include-canceled",
+        flag_help="also export the turns of episodes stopped by their batch's Cancel (left "
+        "out by default)",
+        omitted_at_default=True,
+    )
     # best-of-N over the samples of each seed (see `kept_episodes`)
     top_per_seed: int | None = filter_option(
         None,
@@ -427,7 +439,9 @@ def selection_summary(
 
 
 # The turn list's starting point: every turn, whatever the dataset defaults leave out.
-EVERY_TURN = TurnSelection(include_text_fallback=True, include_fork_prefix=True)
+EVERY_TURN = TurnSelection(
+    include_text_fallback=True, include_fork_prefix=True, include_canceled=True
+)
 
 
 def options_to_json(options: Any) -> dict[str, Any]:

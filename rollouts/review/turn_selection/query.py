@@ -154,6 +154,8 @@ def _episode_conditions(selection: TurnSelection, prefix: str = "") -> Q:
         conditions &= Q(**{f"{p}achievement_count__gte": selection.min_unique})
     if selection.min_reward is not None:
         conditions &= Q(**{f"{p}total_reward__gte": selection.min_reward})
+    if not selection.include_canceled:
+        conditions &= ~Q(**{f"{p}status": Episode.Status.CANCELED})
     if grouping_on(selection):
         conditions &= Q(**{f"{p}id__in": kept_episodes(selection).values("id")})
     return conditions
