@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
+from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, ProbeSet
 
 
 class _GeneratedAdmin(admin.ModelAdmin):
@@ -61,6 +61,14 @@ class ProbeRunAdmin(_GeneratedAdmin):
     search_fields = ["model", "endpoint_name"]
     raw_id_fields = ["probe_set", "created_by"]
     list_select_related = ["probe_set"]
+
+
+@admin.register(ProbeRunChunk)
+class ProbeRunChunkAdmin(_GeneratedAdmin):
+    list_display = ["id", "run", "index", "first", "last", "status", "heartbeat_at"]
+    list_filter = ["status"]
+    raw_id_fields = ["run", "created_by"]
+    list_select_related = ["run"]
 
 
 @admin.register(ProbeAnswer)
