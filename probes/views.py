@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -23,7 +24,7 @@ from probes import results, selectors, services_review
 from probes.charts import KindRow, RunSeries, accuracy_svg
 from probes.forms import FlagForm, NoteForm, ProbeRunForm, ProbeSetForm
 from probes.models import ProbeAnswer, ProbeRun, ProbeSet
-from probes.runs import RunError, probe_run_create, run_answer_records
+from probes.runs import RunError, probe_run_create, probe_run_resume, run_answer_records
 from probes.services import ProbeSetError, probe_set_create
 from rollouts.models import REVIEW_PERMISSION
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection, selection_summary
@@ -278,6 +279,19 @@ def _run_body(run: ProbeRun, active: bool) -> dict:
         "has_subjects": any(r.subjects for r in rows),
         "accuracy_svg": svg,
     }
+
+
+@require_POST
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Ask again what a failed run left (never a question it answered)."""
+    run = _object_or_404(selectors.run_get, run_id=run_id)
+    if run.status != ProbeRun.Status.FAILED:
+        messages.info(request, "Only a failed run is resumed; this one is not.")
+    else:
+        left = probe_run_resume(run=run)
+        messages.success(request, f"Resumed: {left} chunk{pluralize(left)} of questions queued.")
+    return redirect("probes:run_detail", run_id=run.id)
 
 
 # --- a reviewer's marks on an answer -----------------------------------------------------------

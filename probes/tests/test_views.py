@@ -351,6 +351,36 @@ def test_an_editor_starts_a_run_on_a_set(editor_client, viewer, probe_set, chat_
     assert ProbeRun.objects.count() == 1
 
 
+def test_an_editor_resumes_a_failed_run_and_it_asks_only_what_is_left(
+    editor_client, viewer, probe_set, chat_server, chat_endpoint
+):
+    chat_server.default = replies.status(401, message="no such key")
+    run = runs.probe_run_inline(
+        run=runs.probe_run_create(
+            probe_set=probe_set, endpoint_name=chat_endpoint.name, model="m", enqueue=False
+        )
+    )
+    assert run.status == ProbeRun.Status.FAILED
+    url = reverse("probes:run_detail", args=[run.id])
+    page = editor_client.get(url).content.decode()
+    assert 'data-action="resume"' in page and html.escape(run.error) in page
+    resume = reverse("probes:run_resume", args=[run.id])
+    assert _client_of(viewer).post(resume).status_code == 403
+    asked = len(chat_server.requests)
+    response = editor_client.post(resume)
+    assert response.status_code == 302 and response["Location"] == url
+    run.refresh_from_db()
+    assert run.status in (ProbeRun.Status.PENDING, ProbeRun.Status.RUNNING) and not run.error
+    chat_server.responder = _answering("A")
+    run = runs.probe_run_inline(run=run)
+    assert run.status == ProbeRun.Status.DONE
+    assert len(chat_server.requests) - asked == probe_set.questions.count()
+    # A finished run is not resumed: nothing sent again.
+    editor_client.post(resume)
+    assert len(chat_server.requests) - asked == probe_set.questions.count()
+    assert 'data-action="resume"' not in editor_client.get(url).content.decode()
+
+
 # --- two runs, the leaderboard ----------------------------------------------------------------
 
 
