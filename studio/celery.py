@@ -4,7 +4,7 @@ import gc
 import logging
 import os
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
@@ -20,6 +20,72 @@ app.autodiscover_tasks()
 # closed as Django closes them between web requests, when broken or past CONN_MAX_AGE
 # (0 by default: after every task, as before).
 app.conf.CELERY_DB_REUSE_MAX = 10**9
+
+
+class _RequeueAfterReconnect(bootsteps.StartStopStep):
+    """A worker that connects to the broker again after losing it asks for the periodic
+    requeue at once (`studio.tasks.jobs_requeue`, on the control queue), instead of waiting
+    up to a minute for the scheduler's next one.
+
+    A broker that lost its messages (Redis restarted without persistence) is found out by
+    that requeue (`studio.queue.broker_lost_messages`), which sends every waiting job again:
+    a batch goes on a few seconds after Redis is back. Each worker asks; only the first
+    requeue finds the broker's mark gone, so the jobs are sent again once. Not at a worker's
+    first connection: only after a loss."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent, **kwargs) -> None:
+        super().__init__(parent, **kwargs)
+        self.connected_before = False
+
+    def start(self, parent) -> None:
+        if self.connected_before:
+            try:
+                parent.app.send_task("studio.tasks.jobs_requeue")
+            except Exception as exc:  # the scheduler's requeue comes within a minute anyway
+                logger.warning("could not ask for a requeue after reconnecting: %r", exc)
+        self.connected_before = True
+
+
+app.steps["consumer"].add(_RequeueAfterReconnect)
+
+
+def _survive_restore_without_connection() -> None:
+    """Keep a worker alive when Redis goes away while it holds a retry's countdown.
+
+    On a lost connection Celery closes the consumer's channel, and kombu (5.7) then puts the
+    messages the worker had taken but not acknowledged back in the queue through that
+    channel; by then the channel's transport has no connection left (`client` is None), and
+    building a new one raised AttributeError("'NoneType' object has no attribute
+    'hostname'"), which no one catches: "Unrecoverable error", the worker exited (seen with
+    a training submission's countdown retry held; tests/faults reproduce it). Without a
+    connection the messages cannot be put back by anyone: they are left where they are (in
+    Redis's unacknowledged set, delivered again after the visibility timeout, or gone with a
+    Redis that lost its data: the studio's requeue sends their jobs again), and the worker
+    reconnects as for any other loss."""
+    from kombu.transport import redis as kombu_redis
+
+    restore = kombu_redis.QoS.restore_unacked
+    if getattr(restore, "studio_patched", False):
+        return
+
+    def restore_unacked(self, client=None):
+        if client is None and getattr(self.channel.connection, "client", None) is None:
+            logger.warning(
+                "the broker connection is gone: %d message(s) taken but not acknowledged are "
+                "left to the broker's redelivery and the studio's requeue",
+                len(self._delivered),
+            )
+            self._delivered.clear()
+            return None
+        return restore(self, client)
+
+    restore_unacked.studio_patched = True
+    kombu_redis.QoS.restore_unacked = restore_unacked
+
+
+_survive_restore_without_connection()
 
 # How long a `celery worker` thread keeps its PostgreSQL connection between tasks.
 WORKER_DB_CONN_MAX_AGE = 300

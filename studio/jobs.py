@@ -317,7 +317,10 @@ def jobs_requeue() -> dict[str, int]:
     all kinds) every pending row that was sent is sent again."""
     broker_lost = queue.broker_lost_messages()
     if broker_lost:
-        logger.warning("the broker lost its messages: sending every waiting job again")
+        logger.warning(
+            "the broker holds no requeue mark (it lost its messages, or this is its first "
+            "requeue): sending every waiting job again"
+        )
     return {kind.name: len(kind.requeue(broker_lost=broker_lost)) for kind in job_kinds()}
 
 
