@@ -24,6 +24,7 @@ from curation.exporting import (
     export_count,
     export_files,
 )
+from curation.exporting.files import sinks_left_remove
 from curation.hf_export import HFResult, write_hf_dataset, zip_directory
 from curation.jobs import EXPORT
 from curation.models import Dataset, DatasetVersion
@@ -244,7 +245,7 @@ def dataset_version_create(
 
 
 def version_file_names(version: DatasetVersion) -> tuple[str, str]:
-    base = f"exports/dataset-{version.dataset_id}/v{version.number}"
+    base = _version_base(version)
     return f"{base}.jsonl", f"{base}.val.jsonl"
 
 
@@ -256,6 +257,7 @@ def dataset_version_export(*, version_id: int) -> JobOutcome:
     version = DatasetVersion.objects.get(id=version_id)
     mine = (version_id, token)
     try:
+        _attempt_leftovers_remove(version)
         filters = TurnSelection.from_json(version.filters)
         options = ExportOptions.from_json(version.export_options)
         total = export_count(filters)
@@ -265,7 +267,10 @@ def dataset_version_export(*, version_id: int) -> JobOutcome:
             EXPORT.renew(*mine, progress_rows=min(done, total))
 
         name, val_name = version_file_names(version)
-        with _local_targets(name, val_name) as (path, val_path):
+        with _local_targets(name, val_name, prefix=_export_temp_prefix(version)) as (
+            path,
+            val_path,
+        ):
             result = rows_export(
                 filters=filters,
                 options=options,
@@ -336,7 +341,7 @@ def _version_hf(
     """
     title = f"{version.dataset.name} v{version.number}"
     folder = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf"
-    with tempfile.TemporaryDirectory(prefix="studio-hf-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=_hf_temp_prefix(version)) as tmp:
         output = Path(tmp, folder)
         if options.format == "studio":
             write_hf_dataset(
@@ -350,9 +355,8 @@ def _version_hf(
         archive = Path(tmp, "hf.zip")
         digest = zip_directory(output, archive)
         size = archive.stat().st_size
-        base = f"exports/dataset-{version.dataset_id}/v{version.number}"
         with open(archive, "rb") as fh:
-            name = default_storage.save(f"{base}.hf.zip", File(fh, name="hf.zip"))
+            name = default_storage.save(f"{_version_base(version)}.hf.zip", File(fh, name="hf.zip"))
     return {"file": name, "sha256": digest, "bytes": size}
 
 
@@ -360,18 +364,54 @@ def _version_fail(mine: tuple[int, str], error: str) -> None:
     EXPORT.fail(*mine, error)
 
 
+def _hf_temp_prefix(version: DatasetVersion) -> str:
+    return f"studio-hf-v{version.id}-"
+
+
+def _export_temp_prefix(version: DatasetVersion) -> str:
+    return f"studio-export-v{version.id}-"
+
+
+def _attempt_leftovers_remove(version: DatasetVersion) -> None:
+    """What an earlier attempt at this version left when its worker was killed: temporary
+    files beside its JSONL files, temporary folders on this host, a Hugging Face archive
+    stored but never recorded (saved again, it would have gone under another name, and the
+    first one stayed forever). Run by the attempt holding the claim, so no live attempt
+    writes them; nothing of a finished version is touched (a version is exported once).
+
+    A killed attempt's folders in another host's temporary folder are that host's: they
+    stay there (the system's temporary-file cleaning removes them)."""
+    name, val_name = version_file_names(version)
+    try:
+        for target in (name, val_name):
+            sinks_left_remove(Path(default_storage.path(target)))
+    except NotImplementedError:  # remote storage: the files were written in a temp folder
+        pass
+    for prefix in (_hf_temp_prefix(version), _export_temp_prefix(version)):
+        for leftover in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+    for stored in (name, val_name, f"{_version_base(version)}.hf.zip"):
+        if default_storage.exists(stored):
+            default_storage.delete(stored)
+
+
+def _version_base(version: DatasetVersion) -> str:
+    return f"exports/dataset-{version.dataset_id}/v{version.number}"
+
+
 class _local_targets:
     """Local paths to export to: in storage itself when it is a filesystem, else a temp dir."""
 
-    def __init__(self, name: str, val_name: str) -> None:
+    def __init__(self, name: str, val_name: str, *, prefix: str) -> None:
         self.names = (name, val_name)
+        self.prefix = prefix
         self.tmpdir: str | None = None
 
     def __enter__(self) -> tuple[Path, Path]:
         try:
             return tuple(Path(default_storage.path(n)) for n in self.names)  # type: ignore[return-value]
         except NotImplementedError:
-            self.tmpdir = tempfile.mkdtemp(prefix="studio-export-")
+            self.tmpdir = tempfile.mkdtemp(prefix=self.prefix)
             return Path(self.tmpdir, "train.jsonl"), Path(self.tmpdir, "val.jsonl")
 
     def __exit__(self, *exc: object) -> None:

@@ -6,6 +6,8 @@ moved into place only when complete: a failed or refused export leaves nothing b
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import os
 import tempfile
@@ -74,12 +76,30 @@ class ExportResult:
         return data
 
 
+def sink_prefix(target: Path) -> str:
+    """How the temporary files of `target` begin: named after it, so that the next attempt
+    at the same file can find and remove what an attempt killed mid-write left."""
+    return f".tmp-export-{target.name}-"
+
+
+def sinks_left_remove(target: Path) -> int:
+    """Remove the temporary files an earlier attempt at `target` left beside it (its worker
+    was killed before it could), and return how many. Only for a caller that alone writes
+    `target` now (an export that holds its version's claim)."""
+    removed = 0
+    for leftover in target.parent.glob(f"{glob.escape(sink_prefix(target))}*"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+            removed += 1
+    return removed
+
+
 class FileSink:
     """One output file: buffered, hashed while written, moved into place on commit."""
 
     def __init__(self, target: Path, result: FileResult) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-export-", suffix=".jsonl")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=sink_prefix(target), suffix=".jsonl")
         self.target = target
         self.tmp = Path(tmp)
         self.fh = os.fdopen(fd, "wb")
