@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 
 # Celery's warm shutdown takes 4-7 s here (its timer thread sleeps out its current delay);
-# past this the groups are killed. Safe: an episode cut short is replayed from the start by
-# the next worker (stale heartbeat), never half-kept.
+# past this the groups are killed. Safe: an episode cut short is resumed from its last
+# recorded turn by the next worker (the next `make demo`'s takes its predecessor's over).
 STOP_SECONDS = 3.0
+# How long Ctrl-C waits for the database to say what was interrupted before it says nothing.
+INTERRUPTED_SECONDS = 3.0
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -64,6 +66,9 @@ class Demo:
         self.var_dir = var_dir
         self.stopping = threading.Event()
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        # Django, set up in the background while the children start, to say at Ctrl-C what
+        # the worker was doing without making the stop wait for it.
+        self.django_ready = threading.Event()
 
     def start(self) -> None:
         env = {
@@ -85,6 +90,26 @@ class Demo:
             )
         for child in self.children.values():
             threading.Thread(target=self._forward, args=(child,), daemon=True).start()
+        threading.Thread(target=self._set_up_django, daemon=True).start()
+
+    def _set_up_django(self) -> None:
+        with contextlib.suppress(Exception):  # without it, Ctrl-C only says less
+            os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+            import django
+
+            django.setup()
+            self.django_ready.set()
+
+    def interrupted(self) -> list[str]:
+        """What the worker held when it was stopped, one line a job kind: "2 episodes of
+        batch 3 at steps 74 and 78". Read once the worker is gone, so the steps are the last
+        it recorded; nothing when the database cannot say in time."""
+        if not self.django_ready.wait(INTERRUPTED_SECONDS):
+            return []
+        try:
+            return jobs_held_lines()
+        except Exception:  # the database is gone too: nothing to say
+            return []
 
     def _forward(self, child: subprocess.Popen[bytes]) -> None:
         assert child.stdout is not None
@@ -139,11 +164,54 @@ def main() -> int:
     demo.start()
     ended = demo.wait()
     demo.stop()
+    held = demo.interrupted()
+    if held:
+        print(
+            f"Interrupted {'; '.join(held)}: the next `make demo` resumes them from their "
+            "last recorded turn.",
+            flush=True,
+        )
     if ended is not None:
         print(f"The {ended} stopped unexpectedly (see above); stopped the others.", flush=True)
         return 1
     print("Stopped the studio, the worker and the scheduler.", flush=True)
     return 0
+
+
+def jobs_held_lines() -> list[str]:
+    """Per job kind, what is held by a worker (in its working status with a claim): its
+    count, and for rows of a batch with steps (episodes), the batch and the steps reached."""
+    from studio.jobs import job_kinds
+
+    lines = []
+    for kind in job_kinds():
+        rows = kind.rows() if kind.rows is not None else kind.model.objects.all()
+        held = rows.filter(status=kind.working).exclude(claim_token="")
+        fields = {field.name for field in kind.model._meta.get_fields()}
+        label = kind.model._meta.verbose_name
+        if {"batch", "steps"} <= fields:
+            by_batch: dict[int, list[int]] = {}
+            for batch_id, steps in held.order_by("batch_id", "steps").values_list(
+                "batch_id", "steps"
+            ):
+                by_batch.setdefault(batch_id, []).append(steps)
+            for batch_id, steps in by_batch.items():
+                lines.append(
+                    f"{_count(len(steps), label)} of batch {batch_id} at "
+                    f"{'step' if len(steps) == 1 else 'steps'} {_and(steps)}"
+                )
+        elif count := held.count():
+            lines.append(_count(count, label))
+    return lines
+
+
+def _count(n: int, label: str) -> str:
+    return f"{n} {label}{'' if n == 1 else 's'}"
+
+
+def _and(values: list[int]) -> str:
+    text = [str(v) for v in values]
+    return text[0] if len(text) == 1 else f"{', '.join(text[:-1])} and {text[-1]}"
 
 
 if __name__ == "__main__":
