@@ -108,7 +108,7 @@ def probe_set_create(
         copy_rows(
             [
                 ProbeQuestion(
-                    probe_set=probe_set,
+                    probe_set_id=probe_set.id,
                     index=index,
                     frame_id=frame.frame_id,
                     turn_id=frame.turn_id,

@@ -96,7 +96,7 @@ def distribution_lines(probe_set) -> list[str]:
             )
             lines.append(f"{kind}: no questions ({why})")
             continue
-        shares = ", ".join(f"{a} {n / total:.0%}" for a, n in answers.items())
+        shares = ", ".join(f"{a} {_share(n, total)}" for a, n in answers.items())
         line = f"{kind}: {total:,} questions; answers {shares}"
         top = max(answers.values())
         if top >= DOMINANT_SHARE * total:
@@ -118,3 +118,8 @@ def probe_set_summary(probe_set) -> dict[str, Any]:
             for kind, answers in probe_set.answers.items()
         },
     }
+
+
+def _share(n: int, total: int) -> str:
+    share = n / total
+    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"
