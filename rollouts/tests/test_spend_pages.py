@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from django.core.management import call_command
@@ -225,3 +225,44 @@ def test_the_form_asks_for_its_estimate_and_only_editors_may(client, editor, vie
     assert f'hx-get="{reverse("rollouts:batch_estimate")}"' in page
     client.force_login(viewer)
     assert client.get(reverse("rollouts:batch_estimate")).status_code == 403
+
+
+def test_a_canceled_batch_prices_every_request_the_server_received(
+    celery_worker, chat_server, chat_endpoint, client, viewer
+):
+    from studio.testing import wait_until
+
+    _priced(chat_endpoint, "3.00", "15.00")
+    chat_server.delay = 0.2
+    chat_server.default = replies.Reply(
+        tool_calls=[(replies.TOOL_NAME, '{"actions": ["noop"]}')], usage=(12_000, 600)
+    )
+    batch = services.batch_create(
+        settings=RolloutSettings(
+            policy="openai",
+            model="test-vlm",
+            endpoint=chat_endpoint.name,
+            base_url=chat_endpoint.base_url,
+            seeds=tuple(range(4)),
+            steps=200,
+            concurrency=2,
+        )
+    )
+    wait_until(lambda: len(chat_server.requests) >= 6, timeout=60, what="6 model calls")
+    out = io.StringIO()
+    # `rollout --cancel` returns once no episode plays on: its summary counts every call.
+    call_command("rollout", "--cancel", str(batch.id), stdout=out, stderr=io.StringIO())
+    summary = json.loads(out.getvalue().splitlines()[-1])
+    received = len(chat_server.requests)  # the server's own count
+    assert (summary["model_calls"], summary["canceled"], summary["failed"]) == (received, 4, 0)
+    # $0.045 a call (12,000 x 3 + 600 x 15 millionths), every call received.
+    assert summary["spend"] == float(Decimal("0.045") * received)
+
+    client.force_login(viewer)
+    page = client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
+    assert _cell(page, "data-canceled") == ["4 canceled"]
+    cents = (Decimal("0.045") * received).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    assert _cell(page, "data-spend")[0].startswith(f"Spend ${cents}")
+    per_episode = Episode.objects.filter(batch=batch).order_by("seed")
+    assert sum(e.model_calls for e in per_episode) == received
+    assert _cell(page, "data-model-calls") == [str(e.model_calls) for e in per_episode]
