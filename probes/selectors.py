@@ -20,11 +20,15 @@ ACTIVE = (ProbeRun.Status.PENDING, ProbeRun.Status.RUNNING)
 
 
 def sets_newest() -> QuerySet[ProbeSet]:
-    return ProbeSet.objects.annotate(runs_count=Count("runs")).order_by("-created_at", "-id")
+    return (
+        ProbeSet.objects.select_related("created_by")
+        .annotate(runs_count=Count("runs"))
+        .order_by("-created_at", "-id")
+    )
 
 
 def runs_newest(*, probe_set: ProbeSet | None = None) -> QuerySet[ProbeRun]:
-    runs = ProbeRun.objects.select_related("probe_set").order_by("-created_at", "-id")
+    runs = ProbeRun.objects.select_related("probe_set", "created_by").order_by("-created_at", "-id")
     return runs.filter(probe_set=probe_set) if probe_set is not None else runs
 
 

@@ -11,7 +11,9 @@ import re
 from collections import defaultdict
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from probes import runs
@@ -491,3 +493,24 @@ def test_bad_ids_and_numbers_answer_400_or_404_never_500(
             f"/probes/leaderboard/?page={value}",
         ):
             assert editor_client.get(url).status_code == 200, url
+
+
+def test_the_lists_cost_as_many_queries_for_one_run_as_for_many(
+    viewer_client, viewer, run_a, chat_endpoint
+):
+    def queries(url: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert viewer_client.get(url).status_code == 200
+        return len(captured.captured_queries)
+
+    urls = ["/probes/", f"/probes/sets/{run_a.probe_set_id}/", f"/probes/runs/{run_a.id}/"]
+    before = [queries(url) for url in urls]
+    for model in ("second", "third"):
+        runs.probe_run_create(
+            probe_set=run_a.probe_set,
+            endpoint_name=chat_endpoint.name,
+            model=model,
+            enqueue=False,
+            created_by=viewer,  # its name on each row
+        )
+    assert [queries(url) for url in urls] == before
