@@ -97,6 +97,7 @@ def _played(batch: RolloutBatch, seed: int, status: str, prompt: int, completion
         steps=calls,
         model_calls=calls,
         model_retries=1,
+        model_errors=0 if status == "finished" else 1,
         prompt_tokens=prompt,
         completion_tokens=completion,
         error="" if status == "finished" else status,
@@ -128,7 +129,11 @@ def test_it_shows_finished_failed_and_canceled_episodes_apart_with_their_spend(v
     assert _cell(page, "data-canceled") == ["1 canceled"]
     assert _cell(page, "data-spend")[0].startswith("Spend $0.60")  # 0.36 + 0.15 + 0.09
     assert _cell(page, "data-spend")[1:] == ["$0.36", "$0.15", "$0.09"]
-    assert _cell(page, "data-model-calls") == ["10 +1 retry", "4 +1 retry", "3 +1 retry"]
+    assert _cell(page, "data-model-calls") == [
+        "10 +1 retry",
+        "4 1 err +1 retry",
+        "3 1 err +1 retry",
+    ]
     assert "17" in _cell(page, "data-model-totals")[0]
     assert 'class="badge status-canceled">canceled' in page
 
