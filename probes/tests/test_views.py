@@ -16,6 +16,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from curation.export_options import ExportOptions
+from curation.services import dataset_create
 from probes import runs
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
 from probes.services import probe_set_create
@@ -335,6 +337,26 @@ def test_an_editor_builds_a_set_from_a_batch(editor_client, viewer):
         assert response.status_code == 400, bad
         assert reason in html.unescape(response.content.decode()), bad
     assert ProbeSet.objects.count() == 1
+    # From a dataset: the frames of the turns its saved filters select (here the batch's
+    # first five turns, by id: five frames, one "is it night" each).
+    dataset = dataset_create(
+        name="first turns",
+        filters=TurnSelection(
+            batches=(batch.id,),
+            turn_ids=tuple(
+                batch.episodes.get().turns.order_by("index").values_list("id", flat=True)[:5]
+            ),
+        ),
+        options=ExportOptions(),
+    )
+    response = editor_client.post(
+        reverse("probes:set_create"), {"dataset": dataset.id, "kinds": ["night"]}
+    )
+    from_dataset = ProbeSet.objects.latest("id")
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert from_dataset.frames_count == 5 and from_dataset.questions.count() == 5
+    both = {"batch": batch.id, "dataset": dataset.id}
+    assert editor_client.post(reverse("probes:set_create"), both).status_code == 400
 
 
 def test_an_editor_starts_a_run_on_a_set(editor_client, viewer, probe_set, chat_endpoint):
