@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 
 from probes import runs
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun
@@ -270,3 +271,53 @@ def test_the_command_prints_the_summary_and_refuses_bad_input(
     with pytest.raises(CommandError, match="there is no probe set 999999"):
         call_command("probe_run", "999999", "--endpoint", chat_endpoint.name, "--model", "m")
     assert ProbeRun.objects.count() == 1
+
+
+@pytest.mark.parametrize("path", ["_answer_insert", "_answer_insert_orm"])
+def test_an_answer_is_stored_only_while_its_chunk_is_held(path, small_set, chat_endpoint):
+    # PostgreSQL takes the one-statement path, SQLite (the demo) the ORM's: the same rows.
+    from probes.jobs import PROBE_CHUNK
+
+    def insert(**options) -> bool:
+        with transaction.atomic():  # as `_answer_store` calls it
+            return getattr(runs, path)(**options)
+
+    run = runs.probe_run_create(
+        probe_set=small_set, endpoint_name=chat_endpoint.name, model="m", enqueue=False
+    )
+    chunk = run.chunks.order_by("index").first()
+    token = PROBE_CHUNK.claim(chunk.id)
+    questions = list(ProbeQuestion.objects.filter(probe_set=small_set).order_by("index")[:2])
+    counts = {
+        "answered": 1,
+        "correct": 1,
+        "errors": 0,
+        "model_calls": 3,
+        "model_retries": 2,
+        "prompt_tokens": 100,
+        "completion_tokens": 7,
+    }
+
+    def answer(question):
+        return ProbeAnswer(
+            run_id=run.id, question_id=question.id, choice=question.answer, correct=True
+        )
+
+    assert insert(answer=answer(questions[0]), counts=counts, chunk_id=chunk.id, token=token)
+    assert not insert(answer=answer(questions[1]), counts=counts, chunk_id=chunk.id, token="x")
+    stored = ProbeAnswer.objects.get(run=run)
+    assert (stored.question_id, stored.choice, stored.correct) == (
+        questions[0].id,
+        questions[0].answer,
+        True,
+    )
+    assert stored.created_at is not None and not stored.flagged
+    run.refresh_from_db()
+    assert (run.answered, run.correct, run.errors, run.model_calls, run.model_retries) == (
+        1,
+        1,
+        0,
+        3,
+        2,
+    )
+    assert (run.prompt_tokens, run.completion_tokens) == (100, 7)
