@@ -271,3 +271,21 @@ def test_a_canceled_batch_prices_every_request_the_server_received(
     per_episode = Episode.objects.filter(batch=batch).order_by("seed")
     assert sum(e.model_calls for e in per_episode) == received
     assert _cell(page, "data-model-calls") == [str(e.model_calls) for e in per_episode]
+
+
+def test_the_estimate_shows_a_hostile_model_name_as_text(editor_client):
+    Endpoint.objects.create(name="unpriced", base_url="http://127.0.0.1:9/v1")
+    response = editor_client.get(
+        reverse("rollouts:batch_estimate"),
+        {
+            "policy": "openai",
+            "model": '<img src=x onerror="alert(1)">',
+            "endpoint": "unpriced",
+            "seeds": "0",
+            "steps": "5",
+            "image_size": "64",
+        },
+    )
+    page = response.content.decode()
+    assert "<img" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
