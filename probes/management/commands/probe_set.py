@@ -113,9 +113,11 @@ def probe_set_summary(probe_set) -> dict[str, Any]:
         "set_id": probe_set.id,
         "questions": probe_set.questions_count,
         "frames": probe_set.frames_count,
+        # Every kind asked, those left with no question (balanced away) too.
         "kinds": {
             kind: {"questions": sum(answers.values()), "answers": answers}
-            for kind, answers in probe_set.answers.items()
+            for kind in probe_set.kinds
+            for answers in [probe_set.answers.get(kind) or {}]
         },
     }
 
