@@ -256,6 +256,14 @@ def dataset_version_export(*, version_id: int) -> JobOutcome:
         return EXPORT.unclaimed(version_id)
     version = DatasetVersion.objects.get(id=version_id)
     mine = (version_id, token)
+    # Renewed all along, so its stale window (STUDIO_EXPORT_STALE_SECONDS) need only say how
+    # long a dead worker goes unnoticed, not how long a phase may go without progress.
+    with EXPORT.kept(*mine):
+        return _version_export_claimed(version, mine)
+
+
+def _version_export_claimed(version: DatasetVersion, mine: tuple[int, str]) -> JobOutcome:
+    version_id = version.id
     try:
         _attempt_leftovers_remove(version)
         filters = TurnSelection.from_json(version.filters)

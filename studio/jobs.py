@@ -18,7 +18,8 @@ import contextlib
 import logging
 import random
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -235,6 +236,35 @@ class JobKind:
         if not held and raise_lost:
             raise ClaimLost(f"{self.name} {pk} was claimed by another worker")
         return held
+
+    @contextlib.contextmanager
+    def kept(self, pk: int, token: str, /) -> Iterator[None]:
+        """Renew the claim every third of the stale window for as long as the block runs,
+        from a thread of its own, whatever the job does meanwhile (a phase that reports no
+        progress: an export's zipping, say). So the stale window says only how long a dead
+        worker goes unnoticed, not how long a job may stay silent."""
+        stop = threading.Event()
+
+        def renew_until_stopped() -> None:
+            every = max(0.5, self.stale_after().total_seconds() / 3)
+            while not stop.wait(every):
+                try:
+                    if not self.renew(pk, token):
+                        return  # lost (taken over): the job finds out at its next write
+                except Exception:  # the database is down: try again at the next round
+                    logger.info("%s %s: could not renew its claim", self.name, pk)
+                finally:
+                    connections.close_all()  # this thread's own connection
+
+        renewer = threading.Thread(
+            target=renew_until_stopped, name=f"{self.name}-{pk}-claim", daemon=True
+        )
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join(timeout=5)
 
     def finish(self, pk: int, token: str, /, **fields: Any) -> bool:
         """End the job as done (the kind's `finished` status) with its results in `fields`;

@@ -239,7 +239,9 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Work whose message never reached the broker (it was down) is sent again by the periodic
 # requeue once it is this old; work sent but still not started after the second figure is
-# presumed lost with the broker's data and sent again (claims make duplicates harmless).
+# presumed lost and sent again (claims make duplicates harmless). A Redis that lost its data
+# is noticed at once, not after the second figure: its requeue mark is gone, and every
+# waiting job is sent again (`studio.queue.broker_lost_messages`).
 STUDIO_REQUEUE_GRACE_SECONDS = env.int("STUDIO_REQUEUE_GRACE_SECONDS", default=30)
 STUDIO_REQUEUE_PENDING_SECONDS = env.int("STUDIO_REQUEUE_PENDING_SECONDS", default=3600)
 
@@ -253,9 +255,14 @@ STUDIO_DATABASE_OUTAGE_SECONDS = env.int("STUDIO_DATABASE_OUTAGE_SECONDS", defau
 # A person's game (or human fork) with no key pressed for this long is shown idle, not
 # running: the batch pages stop refreshing for a game nobody may come back to.
 STUDIO_HUMAN_IDLE_SECONDS = env.int("STUDIO_HUMAN_IDLE_SECONDS", default=1800)
-# The same for a bulk flag (it writes after each chunk), a dataset export and an import.
+# Every claimed job's stale window is a STUDIO_<KIND>_STALE_SECONDS of its own, named by its
+# kind (`studio.jobs.JobKind.stale_setting`): a bulk flag and an import renew theirs as they
+# progress (each chunk, each half second of progress), so theirs also bound a silent phase.
 STUDIO_BULK_FLAG_STALE_SECONDS = env.int("STUDIO_BULK_FLAG_STALE_SECONDS", default=300)
-STUDIO_EXPORT_STALE_SECONDS = env.int("STUDIO_EXPORT_STALE_SECONDS", default=600)
+# An export renews its claim from a thread of its own all along (`JobKind.kept`), so this is
+# only how long a dead worker's export goes unnoticed (it was 600: "running 6000/19961" for
+# ten minutes after its worker was killed).
+STUDIO_EXPORT_STALE_SECONDS = env.int("STUDIO_EXPORT_STALE_SECONDS", default=60)
 STUDIO_IMPORT_STALE_SECONDS = env.int("STUDIO_IMPORT_STALE_SECONDS", default=600)
 # Rows written per database round trip while recording an episode.
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
