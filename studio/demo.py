@@ -69,6 +69,7 @@ class Demo:
         # Django, set up in the background while the children start, to say at Ctrl-C what
         # the worker was doing without making the stop wait for it.
         self.django_ready = threading.Event()
+        self.django_usable = False
 
     def start(self) -> None:
         env = {
@@ -93,18 +94,22 @@ class Demo:
         threading.Thread(target=self._set_up_django, daemon=True).start()
 
     def _set_up_django(self) -> None:
-        with contextlib.suppress(Exception):  # without it, Ctrl-C only says less
+        try:
             os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
             import django
 
             django.setup()
+            self.django_usable = True
+        except Exception:  # without it, Ctrl-C only says less
+            pass
+        finally:
             self.django_ready.set()
 
     def interrupted(self) -> list[str]:
         """What the worker held when it was stopped, one line a job kind: "2 episodes of
         batch 3 at steps 74 and 78". Read once the worker is gone, so the steps are the last
         it recorded; nothing when the database cannot say in time."""
-        if not self.django_ready.wait(INTERRUPTED_SECONDS):
+        if not self.django_ready.wait(INTERRUPTED_SECONDS) or not self.django_usable:
             return []
         try:
             return jobs_held_lines()
