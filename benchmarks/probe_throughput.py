@@ -51,7 +51,7 @@ DELAY = 0.2
 EPISODE_STEPS = 100
 # Questions a recorded frame gives with every kind (measured: 30-34): how many episodes to
 # record for the set asked for, with a margin.
-QUESTIONS_PER_FRAME = 28
+QUESTIONS_PER_FRAME = 32
 ROLLOUT_EPISODES = 64
 ROLLOUT_TURNS = 5
 WARM_UP_RUN = 1000
