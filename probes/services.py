@@ -18,6 +18,7 @@ from probes.models import ProbeQuestion, ProbeSet
 from rollouts.models import Frame, Turn
 from rollouts.review.turn_selection import TurnSelection, turns_selected
 from studio.row_copy import copy_rows
+from studio.untrusted import storable
 
 # Frames and texts are read this many at a time: a text observation is ~1 KB.
 READ_CHUNK = 1000
@@ -60,7 +61,8 @@ def probe_set_create(
         raise ProbeSetError(str(exc)) from exc
     if per_episode is not None and per_episode < 1:
         raise ProbeSetError(f"per-episode: {per_episode} is not a positive number of frames")
-    name = name.strip()[:200]
+    # A name typed on a form or a command line: storable (no NUL), and within the column.
+    name = storable(name, max_bytes=800).strip()[:200]
 
     by_episode = _candidates(filters)
     if not by_episode:
@@ -71,6 +73,12 @@ def probe_set_create(
             state=state, view=view, kinds=chosen_kinds, seed=seed, frame_key=frame.frame_id
         ):
             drafts.append((frame, question))
+        if len(drafts) > MAX_QUESTIONS:
+            # Said before a whole table of turns is read into questions, not after.
+            raise ProbeSetError(
+                f"selection: more than {MAX_QUESTIONS:,} questions in one set; narrow it or "
+                "pass --per-episode"
+            )
         if progress is not None:
             progress(len(drafts))
     if not drafts:
@@ -85,11 +93,6 @@ def probe_set_create(
                 "balance: every kind asked has a single answer on these frames; "
                 "nothing is left to balance"
             )
-    if len(drafts) > MAX_QUESTIONS:
-        raise ProbeSetError(
-            f"selection: {len(drafts):,} questions, more than {MAX_QUESTIONS:,} in one set; "
-            "narrow it or pass --per-episode"
-        )
     answers = q.answer_counts((d.kind, d.answer) for _, d in drafts)
     with transaction.atomic():
         probe_set = ProbeSet.objects.create(

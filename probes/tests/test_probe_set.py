@@ -156,3 +156,26 @@ def test_a_dataset_selects_the_frames_as_its_filters_do(batch, django_user_model
     seeds = set(ProbeQuestion.objects.filter(probe_set=probe_set).values_list("episode__seed"))
     assert seeds == {(2,)}
     assert outcome.summary["frames"] == STEPS
+
+
+def test_a_selection_past_the_bound_of_a_set_is_refused_before_anything_is_written(
+    batch, monkeypatch
+):
+    from probes import services
+
+    monkeypatch.setattr(services, "MAX_QUESTIONS", 50)
+    with pytest.raises(ProbeSetError, match="more than 50 questions in one set"):
+        probe_set_create(filters=TurnSelection(batches=(batch.id,)))
+    assert not ProbeSet.objects.exists()
+    # Sampled down, the same selection fits.
+    fits = probe_set_create(
+        filters=TurnSelection(batches=(batch.id,)), per_episode=10, kinds=["night"]
+    )
+    assert fits.questions_count == 30
+
+
+def test_a_name_is_stored_clean_and_bounded(batch):
+    probe_set = probe_set_create(
+        filters=TurnSelection(batches=(batch.id,)), kinds=["night"], name=" a\x00b" + "x" * 300
+    )
+    assert probe_set.name == "ab" + "x" * 198
