@@ -47,7 +47,8 @@ def _probe_run(chat_server, chat_endpoint, *, letter: str = "A", observation: st
         observation=observation,
         enqueue=False,
     )
-    run = runs.probe_run_inline(run=run)
+    # One thread: the shared PostgreSQL's connections are few.
+    run = runs.probe_run_inline(run=run, workers=1)
     assert run.status == ProbeRun.Status.DONE, run.error
     return run
 
@@ -152,7 +153,8 @@ def test_every_probe_page_fits_the_screen(
             model="a-rather-long-model-name-of-a-fine-tuned-checkpoint:ft-2026-12-06",
             observation="text",
             enqueue=False,
-        )
+        ),
+        workers=1,
     )
     context = chromium.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
