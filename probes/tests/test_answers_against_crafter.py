@@ -25,7 +25,7 @@ from rollouts.tests.helpers import record_batch
 
 pytestmark = pytest.mark.django_db
 
-SEEDS = (3, 8, 21)
+SEEDS = (3, 7, 8)  # games of 300, 234 and 239 steps (the player dies in the last two)
 STEPS = 300
 # Digging, sleeping, placing and crafting as well as walking: inventories, sleep and
 # creatures nearby change over a game.
