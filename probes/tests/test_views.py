@@ -246,7 +246,19 @@ def test_a_running_runs_page_refreshes_itself_until_it_ends(
     assert f'hx-get="{url}?poll=1"' in page and "0 / " in page
     polled = viewer_client.get(url + "?poll=1", headers={"HX-Request": "true"})
     assert polled.status_code == 200 and 'id="run-body"' in polled.content.decode()
+    # The lists of runs (all, and the set's) refresh themselves while it answers.
+    for page_url in (
+        reverse("probes:probe_list"),
+        reverse("probes:set_detail", args=[probe_set.id]),
+    ):
+        page = viewer_client.get(page_url).content.decode()
+        table = page[page.index('<div id="run-table"') :][:300]
+        assert f'hx-get="{page_url}?poll=1&amp;' in table and 'hx-trigger="every 2s"' in table
+        polled = viewer_client.get(page_url + "?poll=1", headers={"HX-Request": "true"})
+        assert polled.content.decode().startswith('<div id="run-table"')
     ProbeRun.objects.filter(id=run.id).update(status=ProbeRun.Status.DONE)
+    page = viewer_client.get(reverse("probes:probe_list")).content.decode()
+    assert "hx-get" not in page[page.index('<div id="run-table"') :][:300]
     ended = viewer_client.get(url + "?poll=1", headers={"HX-Request": "true"})
     assert ended.status_code == 204 and ended["HX-Refresh"] == "true"
     assert "hx-get" not in viewer_client.get(url).content.decode().split('id="run-body"')[1][:80]
