@@ -95,7 +95,9 @@ def test_it_cancels_resumes_and_runs_a_batch_again(studio_page: Page, live_serve
     expect(page.locator(".messages")).to_contain_text("Canceled: 2 episodes stopped.")
     expect(page.locator("h1 .badge")).to_have_text("canceled")
     expect(page.locator('[data-action="cancel"]')).to_have_count(0)
-    expect(page.locator("[data-failed]")).to_have_text("2 failed")
+    # Canceled, not failed: counted apart (issue 31).
+    expect(page.locator("[data-failed]")).to_have_text("0 failed")
+    expect(page.locator("[data-canceled]")).to_have_text("2 canceled")
     expect(page.locator('[data-action="resume"]')).to_have_text("Resume (2)")
     assert set(batch.episodes.exclude(id=episode.id).values_list("error", flat=True)) == {
         "canceled"
