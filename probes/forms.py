@@ -49,6 +49,8 @@ class ProbeSetForm(forms.Form):
         min_value=1,
         max_value=PER_EPISODE_MAX,
         required=False,
+        # A set is built in the request: a sample keeps a long batch's set to seconds.
+        initial=20,
         label="Frames per episode",
         help_text="A seeded sample of N frames of each episode; empty: every frame.",
     )
