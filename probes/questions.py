@@ -133,6 +133,7 @@ def state_usable(state: Mapping[str, Any]) -> bool:
         return (
             all(isinstance(vitals[v], int) for v in VITALS)
             and isinstance(inventory, dict)
+            and all(isinstance(n, int) for n in inventory.values())
             and state["facing"] in _FACING_OFFSETS
             and isinstance(state["daylight"], int | float)
             and isinstance(state["sleeping"], bool)

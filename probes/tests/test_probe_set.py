@@ -179,3 +179,19 @@ def test_a_name_is_stored_clean_and_bounded(batch):
         filters=TurnSelection(batches=(batch.id,)), kinds=["night"], name=" a\x00b" + "x" * 300
     )
     assert probe_set.name == "ab" + "x" * 198
+
+
+def test_per_episode_passes_over_frames_it_cannot_read_for_others(batch):
+    episode = batch.episodes.order_by("seed").first()
+    # 30 of the episode's 40 frames lose their state (as imported frames have none).
+    Frame.objects.filter(episode=episode, step__lt=30).update(state={})
+    probe_set = probe_set_create(
+        filters=TurnSelection(batches=(batch.id,)), per_episode=8, kinds=["night"], seed=5
+    )
+    steps = list(
+        ProbeQuestion.objects.filter(probe_set=probe_set, episode=episode).values_list(
+            "frame__step", flat=True
+        )
+    )
+    assert len(steps) == 8 and all(step >= 30 for step in steps)
+    assert probe_set.frames_count == 3 * 8
