@@ -14,15 +14,15 @@ def _of_open_runs() -> QuerySet:
     return ProbeRunChunk.objects.exclude(run__status=ProbeRun.Status.FAILED)
 
 
-# A chunk holds model calls as an episode does, and its worker renews its claim the same
-# way (`probes.claim_keeper`, every third of the window, however long a call takes), so it
-# is presumed dead after the same silence.
+# A chunk's process renews its claim every third of its window, however long a call takes
+# (`probes.claim_keeper`, as episodes' are renewed): the window is only how long a dead
+# worker's chunk goes unnoticed.
 PROBE_CHUNK = register(
     JobKind(
         name="probe_chunk",
         model=ProbeRunChunk,
         task="probes.tasks.probe_chunk_run",
-        stale_setting="STUDIO_EPISODE_STALE_SECONDS",
+        stale_setting="STUDIO_PROBE_CHUNK_STALE_SECONDS",
         rows=_of_open_runs,
     )
 )

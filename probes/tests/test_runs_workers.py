@@ -119,7 +119,7 @@ def test_a_run_whose_worker_is_killed_resumes_without_asking_again(
 
     # The chunk's claim goes stale (no worker renews it); the periodic requeue sends it again
     # and a new worker takes it over.
-    backdate(chunk, field="heartbeat_at", seconds=settings.STUDIO_EPISODE_STALE_SECONDS + 1)
+    backdate(chunk, field="heartbeat_at", seconds=settings.STUDIO_PROBE_CHUNK_STALE_SECONDS + 1)
     # So does the endpoint slot the dead worker held (its lease outlives any request: 90 s).
     limiter = limiter_for(
         base_url=chat_server.url, concurrency=1, requests_per_minute=0, lease_seconds=90
