@@ -44,3 +44,18 @@ def test_the_viewer_says_the_episode_was_canceled(canceled_batch, viewer_client)
     finished = canceled_batch.episodes.get(seed=1)
     other = viewer_client.get(reverse("rollouts:episode_detail", args=[finished.id]))
     assert "data-canceled" not in other.content.decode()
+
+
+def test_batch_report_counts_canceled_episodes_apart(canceled_batch):
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("batch_report", str(canceled_batch.id), stdout=out)
+    assert "1 finished, 0 failed, 1 canceled of 2" in out.getvalue().splitlines()[0]
+    out = io.StringIO()
+    call_command("batch_report", str(canceled_batch.id), "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert (report["finished"], report["failed"], report["canceled"]) == (1, 0, 1)

@@ -34,6 +34,7 @@ class Command(StudioCommand):
             "episodes": summary["episodes"],
             "finished": summary["finished"],
             "failed": summary["failed"],
+            "canceled": summary["canceled"],
             "success_rates": {k: round(v, 2) for k, v in rates.items()},
             "crafter_score": score_percent(crafter_score(rates)),
         }
@@ -42,7 +43,9 @@ class Command(StudioCommand):
             return
         self.stdout.write(
             f"Batch {batch.id} ({batch.policy}{' ' + batch.model if batch.model else ''}): "
-            f"{summary['finished']} finished, {summary['failed']} failed of {summary['episodes']}"
+            f"{summary['finished']} finished, {summary['failed']} failed"
+            + (f", {summary['canceled']} canceled" if summary["canceled"] else "")
+            + f" of {summary['episodes']}"
         )
         width = max(len(name) for name in rates)
         self.stdout.write(f"{'achievement'.ljust(width)}  success %")
