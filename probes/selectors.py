@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Min, Q, QuerySet
 
+from probes import results
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
+from probes.runs import run_answer_records
 
 # One answer wins at least this share of a kind: the kind measures little (issue 33).
 DOMINANT_SHARE = 0.8
@@ -229,3 +231,31 @@ def best_runs(*, probe_set: ProbeSet) -> list[ProbeRun]:
 
 def _standing(run: ProbeRun) -> tuple[float, int]:
     return (run.correct / run.answered if run.answered else 0.0, run.answered)
+
+
+@dataclass(frozen=True)
+class BoardRow:
+    run: ProbeRun
+    overall: results.Accuracy
+    kinds: list[results.Accuracy | None]  # in the board's kind order; None: not asked
+
+
+@dataclass(frozen=True)
+class Board:
+    probe_set: ProbeSet
+    kinds: list[str]
+    chance: list[float | None]  # per kind, a fraction
+    rows: list[BoardRow]  # best first
+
+
+def perception_board(*, probe_set: ProbeSet) -> Board:
+    """A set's perception leaderboard: its best runs (`best_runs`) measured per kind."""
+    measured = [
+        (run, results.run_results(run_answer_records(run_id=run.id), kinds=probe_set.kinds))
+        for run in best_runs(probe_set=probe_set)
+    ]
+    kinds = results.kind_order({k for _, m in measured for k in m.kinds}, probe_set.kinds or [])
+    chance = [next((m.kinds[k].chance for _, m in measured if k in m.kinds), None) for k in kinds]
+    rows = [BoardRow(run, m.overall, [m.kinds.get(k) for k in kinds]) for run, m in measured]
+    rows.sort(key=lambda r: (-r.overall.accuracy, -r.overall.questions, r.run.id))
+    return Board(probe_set, kinds, chance, rows)

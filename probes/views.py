@@ -8,11 +8,13 @@ wrote is shown escaped (templates autoescape; the charts escape theirs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
@@ -36,12 +38,14 @@ LEADERBOARD_SETS_PER_PAGE = 10
 DIFFERENCES_SHOWN = 60  # questions right in one run only, listed on the comparison
 POLL_SECONDS = 2
 
+T = TypeVar("T")
+
 
 def _pct(fraction: float) -> float:
     return 100.0 * fraction
 
 
-def _object_or_404(get, **ids: int):
+def _object_or_404(get: Callable[..., T], **ids: int) -> T:
     """A row by id; ids past PostgreSQL's bigint are no row, not an error."""
     if any(value > BIGINT_MAX for value in ids.values()):
         raise Http404("no such row")
@@ -55,7 +59,7 @@ def _run_label(run: ProbeRun) -> str:
     return f"#{run.id} {run.model} · {run.observation}"
 
 
-def _run_table(runs, url: str, *, param: str) -> dict:
+def _run_table(runs: Page, url: str, *, param: str) -> dict[str, Any]:
     """What the runs table needs; it refreshes itself while a run of its page answers."""
     return {
         "runs": runs,
@@ -265,7 +269,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
-def _run_body(run: ProbeRun, active: bool) -> dict:
+def _run_body(run: ProbeRun, active: bool) -> dict[str, Any]:
     measured, rows, svg = _run_results(run)
     total = run.questions_total or 0
     return {
@@ -420,42 +424,11 @@ def compare(request: HttpRequest) -> HttpResponse:
 # --- the perception leaderboard --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BoardRow:
-    run: ProbeRun
-    overall: results.Accuracy
-    kinds: list[results.Accuracy | None]  # in the table's kind order
-
-
-@dataclass(frozen=True)
-class Board:
-    probe_set: ProbeSet
-    kinds: list[str]
-    chance: list[float | None]  # per kind, fraction
-    rows: list[BoardRow]
-
-
 @require_GET
 def leaderboard(request: HttpRequest) -> HttpResponse:
     """Best finished run per (model, observation) on each set, per kind."""
     sets = Paginator(selectors.sets_with_finished_runs(), LEADERBOARD_SETS_PER_PAGE).get_page(
         request.GET.get("page")
     )
-    boards = []
-    for probe_set in sets:
-        best = selectors.best_runs(probe_set=probe_set)
-        measured = [
-            (
-                run,
-                results.run_results(run_answer_records(run_id=run.id), kinds=probe_set.kinds),
-            )
-            for run in best
-        ]
-        kinds = results.kind_order({k for _, m in measured for k in m.kinds}, probe_set.kinds or [])
-        chance = [
-            next((m.kinds[k].chance for _, m in measured if k in m.kinds), None) for k in kinds
-        ]
-        rows = [BoardRow(run, m.overall, [m.kinds.get(k) for k in kinds]) for run, m in measured]
-        rows.sort(key=lambda r: (-r.overall.accuracy, -r.overall.questions, r.run.id))
-        boards.append(Board(probe_set, kinds, chance, rows))
+    boards = [selectors.perception_board(probe_set=probe_set) for probe_set in sets]
     return render(request, "probes/leaderboard.html", {"boards": boards, "sets": sets})
