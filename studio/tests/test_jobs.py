@@ -19,6 +19,8 @@ from django.db.models import F
 
 from curation.jobs import EXPORT, IMPORT
 from curation.models import Dataset, DatasetImport, DatasetVersion
+from probes.jobs import PROBE_CHUNK
+from probes.models import ProbeRun, ProbeRunChunk, ProbeSet
 from rollouts.jobs import BULK_FLAG, EPISODE
 from rollouts.models import RolloutBatch, TurnBulkFlag
 from rollouts.recording import services as recording
@@ -66,6 +68,7 @@ def test_every_app_registers_its_kinds_and_each_names_a_registered_task():
         "export": EXPORT,
         "import": IMPORT,
         "training_submission": SUBMISSION,
+        "probe_chunk": PROBE_CHUNK,
     }
     for kind in kinds.values():
         assert kind.task in app.tasks, kind.name
@@ -224,6 +227,13 @@ def test_a_cancel_with_the_broker_down_is_logged_not_raised_after_the_commit(bro
     assert f"{CANCEL_TASK} not sent" in caplog.text
 
 
+def _probe_chunk() -> ProbeRunChunk:
+    run = ProbeRun.objects.create(
+        probe_set=ProbeSet.objects.create(name="probes"), endpoint_name="e", model="m"
+    )
+    return ProbeRunChunk.objects.create(run=run, index=0, first=0, last=1)
+
+
 @needs_redis
 @pytest.mark.django_db
 def test_the_one_beat_task_sends_again_each_kind_that_waits(settings):
@@ -246,6 +256,7 @@ def test_the_one_beat_task_sends_again_each_kind_that_waits(settings):
         "export": version.id,
         "import": DatasetImport.objects.create(upload="imports/x.jsonl").id,
         "training_submission": _training_job(version).id,
+        "probe_chunk": _probe_chunk().id,
     }
     queue_purge()
     client = redis.Redis.from_url(REDIS_URL)
