@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from rollouts import selectors
+from rollouts import selectors, selectors_spend
 from rollouts.forms import BatchCreateForm
 from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.game.scoring import crafter_score, score_text
@@ -39,7 +39,7 @@ def batch_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(selectors.batches_with_progress(), BATCHES_PER_PAGE).get_page(
         request.GET.get("page")
     )
-    page.object_list = selectors.batches_with_spend(page.object_list)
+    page.object_list = selectors_spend.batches_with_spend(page.object_list)
     context = {
         "page": page,
         "poll": selectors.batches_any_active(),
@@ -104,7 +104,7 @@ def batch_estimate(request: HttpRequest) -> HttpResponse:
 def _estimate(form: BatchCreateForm) -> dict[str, object]:
     if not form.is_valid():
         return {"incomplete": True}
-    return {"batch": selectors.batch_estimate(settings=form.rollout_settings)}
+    return {"batch": selectors_spend.batch_estimate(settings=form.rollout_settings)}
 
 
 @require_POST
@@ -151,9 +151,9 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     episodes = Paginator(
         selectors.batch_episodes(batch_id=batch.id, sort=sort), EPISODES_PER_PAGE
     ).get_page(request.GET.get("page"))
-    prices = selectors.batch_prices(batch=batch)
+    prices = selectors_spend.batch_prices(batch=batch)
     counts = selectors.batch_episode_counts(batch_id=batch.id)
-    episodes.object_list = selectors.episodes_with_spend(episodes.object_list, prices=prices)
+    episodes.object_list = selectors_spend.episodes_with_spend(episodes.object_list, prices=prices)
     rates = selectors.batch_success_rates(batch_id=batch.id)
     active = selectors.batch_is_active(batch=batch)
     if request.htmx and not active and request.GET.get("poll"):
@@ -178,8 +178,8 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         "counts": counts,
         "shares": selectors.episode_shares(counts),
         "priced": prices is not None,
-        "spend": selectors.spend_shown(
-            value=selectors.batch_spend(batch=batch, prices=prices), prices=prices
+        "spend": selectors_spend.spend_shown(
+            value=selectors_spend.batch_spend(batch=batch, prices=prices), prices=prices
         ),
         "active": active,
         "poll_seconds": POLL_SECONDS,
