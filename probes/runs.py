@@ -44,6 +44,7 @@ from studio.endpoints import (
 from studio.errors import plain_error
 from studio.jobs import ClaimLost, JobOutcome
 from studio.models import Endpoint
+from studio.spend import prices_of, spend, spend_json
 from studio.transactions import commit_without_flush_wait, fetch_and_commit
 from studio.untrusted import storable
 
@@ -459,7 +460,7 @@ def probe_run_summary(*, run: ProbeRun) -> dict[str, Any]:
     """`probe_run`'s last line (SPEC section 4), plus the run's status and counters."""
     run.refresh_from_db()
     results = run_results(run_answer_records(run_id=run.id), kinds=run.probe_set.kinds)
-    return {
+    summary = {
         "run_id": run.id,
         "set_id": run.probe_set_id,
         "model": run.model,
@@ -479,3 +480,14 @@ def probe_run_summary(*, run: ProbeRun) -> dict[str, Any]:
         "prompt_tokens": run.prompt_tokens,
         "completion_tokens": run.completion_tokens,
     }
+    # As `rollout`'s summary: what the calls cost, where the endpoint has prices.
+    prices = prices_of(Endpoint.objects.filter(name=run.endpoint_name).first())
+    if prices is not None:
+        summary["spend"] = spend_json(
+            spend(
+                prompt_tokens=run.prompt_tokens,
+                completion_tokens=run.completion_tokens,
+                prices=prices,
+            )
+        )
+    return summary

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter, defaultdict
+from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
@@ -61,6 +62,9 @@ def test_it_scores_a_fixed_answer_as_the_answer_distribution_predicts(
     probe_set, chat_server, chat_endpoint
 ):
     chat_server.default = replies.text("A")
+    Endpoint.objects.filter(id=chat_endpoint.id).update(
+        input_price_per_million=Decimal("2.50"), output_price_per_million=Decimal("10.00")
+    )
     run = run_inline(probe_set, chat_endpoint)
 
     # Expected from the stored questions alone: "A" is right where the first choice is.
@@ -80,6 +84,8 @@ def test_it_scores_a_fixed_answer_as_the_answer_distribution_predicts(
     assert run.completion_tokens == 12 * len(questions)
     summary = summary_of(run)
     assert summary["questions"] == summary["answered"] == len(questions)
+    # 120 prompt tokens at $2.50 and 12 completion tokens at $10 a million, per question.
+    assert summary["spend"] == round(len(questions) * 0.00042, 6)
     assert summary["accuracy"] == round(sum(right.values()) / len(questions), 4)
     for kind, n in asked.items():
         assert summary["kinds"][kind]["accuracy"] == round(right[kind] / n, 4), kind
