@@ -174,3 +174,49 @@ def test_every_probe_page_fits_the_screen(
     expect(page.locator(f'tr[data-run="{other.id}"]')).to_be_visible()
     page.screenshot(path=str(screenshot_dir(docs=False) / f"probe-leaderboard-{width}.png"))
     context.close()
+
+
+def test_a_user_builds_a_set_runs_a_model_on_the_workers_and_watches_it_end(
+    studio_page: Page, live_server, celery_worker, chat_server, chat_endpoint
+):
+    """The issue's first steps from the browser alone: a set from a batch, a run started on
+    it, answered by a real Celery worker, its page refreshing itself until the run ends."""
+    answer = _answering("A")
+
+    def slowly(body: dict) -> replies.Reply:
+        # 55 questions at 0.3 s, 4 at a time: the run page is seen answering for seconds.
+        reply = answer(body)
+        reply.delay = 0.3
+        return reply
+
+    chat_server.responder = slowly
+    batch = record_batch(seeds=(3,), steps=30, name="to probe")
+    page = studio_page
+    log_in_reviewer(page, live_server.url, "/probes/", "newcomer")
+
+    page.select_option("#id_batch", str(batch.id))
+    page.fill("#id_name", "first probes")
+    page.fill("#id_per_episode", "5")
+    page.check("#set-form input[value=count]")
+    page.check("#set-form input[value=night]")
+    page.click("#set-form button[type=submit]")
+    probe_set = ProbeQuestion.objects.select_related("probe_set").first().probe_set
+    expect(page).to_have_url(f"{live_server.url}/probes/sets/{probe_set.id}/")
+    # 5 frames: 10 things to count and "is it night" on each.
+    assert probe_set.questions.count() == 5 * 11
+    expect(page.locator('[data-kind="night"] [data-warning]')).to_be_visible()
+
+    page.select_option("#id_endpoint", chat_endpoint.name)
+    page.fill("#id_model", "vlm-first")
+    page.click("#run-form button[type=submit]")
+    run = ProbeRun.objects.get()
+    expect(page).to_have_url(f"{live_server.url}/probes/runs/{run.id}/")
+    # The worker answers while the page refreshes its numbers, then reloads once it ended.
+    expect(page.locator("#run-body[hx-get]")).to_be_visible()
+    assert page.locator("h1 .badge").text_content() in ("pending", "running")
+    expect(page.locator("h1 .badge")).to_have_text("done", timeout=60_000)
+    expect(page.locator("#run-body[hx-get]")).to_have_count(0)
+    right = sum(q.choices[0] == q.answer for q in probe_set.questions.all())
+    expect(page.locator("[data-progress]")).to_have_text("55 / 55")
+    expect(page.locator("[data-accuracy]")).to_have_text(f"{100 * right / 55:.1f}%")
+    assert len(chat_server.requests) == 55
