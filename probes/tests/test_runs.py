@@ -327,3 +327,20 @@ def test_an_answer_is_stored_only_while_its_chunk_is_held(path, small_set, chat_
         2,
     )
     assert (run.prompt_tokens, run.completion_tokens) == (100, 7)
+
+
+def test_a_frame_gone_from_storage_is_that_questions_error_not_a_request(
+    small_set, chat_server, chat_endpoint
+):
+    chat_server.default = replies.text("A")
+    first = ProbeQuestion.objects.filter(probe_set=small_set).order_by("index").first()
+    frame = Frame.objects.get(id=first.frame_id)
+    # Frames alike share one file: every question on that file loses its image.
+    lost = ProbeQuestion.objects.filter(probe_set=small_set, frame__image=frame.image.name).count()
+    frame.image.storage.delete(frame.image.name)
+    run = run_inline(small_set, chat_endpoint)
+    assert run.status == "done" and run.answered == run.questions_total
+    gone = ProbeAnswer.objects.filter(run=run, error_kind="frame_unreadable")
+    assert gone.count() == lost >= 1
+    assert run.errors == lost
+    assert len(chat_server.requests) == run.model_calls == run.questions_total - lost
