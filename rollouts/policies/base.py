@@ -73,7 +73,11 @@ def policy_seed(*, seed: int, sample: int) -> int:
 
 
 class PolicyUnavailable(Exception):
-    """The policy cannot act at all (e.g. its endpoint is down): fail fast, do not play on."""
+    """The policy cannot act at all (e.g. its endpoint is down): fail fast, do not play on.
+
+    `decision`: what the turn that gave up had sent and spent, to be counted."""
+
+    decision: Decision | None = None
 
 
 class Policy(Protocol):

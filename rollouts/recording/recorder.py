@@ -31,7 +31,13 @@ from django.utils import timezone
 
 from rollouts.game.crafter_env import ACTION_INDEX, StudioEnv, encode_png, text_observation
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
-from rollouts.policies.base import Decision, Observation, PastTurn, Policy
+from rollouts.policies.base import (
+    Decision,
+    Observation,
+    PastTurn,
+    Policy,
+    PolicyUnavailable,
+)
 from rollouts.recording import claim_keeper
 from rollouts.recording.frame_store import FrameStore, frame_name
 from rollouts.rollout_settings import RolloutSettings
@@ -328,6 +334,10 @@ class EpisodeRecorder:
             except EpisodeCanceled:  # between two tries of a call: no more tries
                 self._canceled = True
                 break
+            except PolicyUnavailable as exc:
+                if exc.decision is not None:  # its calls were made: counted all the same
+                    self.totals.add_decision(exc.decision)
+                raise
             self.totals.add_decision(decision)
             actions = decision.actions or ([] if decision.end_episode else ["noop"])
             executed, reward, new_unlocks, next_frame, next_png, done = self._execute(

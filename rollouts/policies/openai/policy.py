@@ -168,11 +168,18 @@ class OpenAIPolicy:
         except _CallFailed as failure:
             self.failed_turns_in_row += 1
             if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
-                raise PolicyUnavailable(
+                self._bad(decision, failure.kind, failure.message)
+                unavailable = PolicyUnavailable(
                     f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} turns "
                     f"in a row: {failure.message}"
-                ) from failure
+                )
+                unavailable.decision = decision
+                raise unavailable from failure
             return self._bad(decision, failure.kind, failure.message)
+        except PolicyUnavailable as unavailable:
+            # Its requests were sent all the same: the recorder counts them.
+            unavailable.decision = decision
+            raise
         self.failed_turns_in_row = 0
         bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
         return self._bad(decision, *bad) if bad else decision
