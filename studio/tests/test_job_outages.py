@@ -95,3 +95,33 @@ def test_every_job_sent_is_sent_again_once_the_broker_has_lost_its_messages(sett
         assert jobs.jobs_requeue()["bulk_flag"] == 0  # once
     finally:
         queue_purge()
+
+
+@needs_redis
+def test_the_requeue_does_not_wait_behind_a_batchs_messages(settings):
+    """A worker busy with a batch takes the requeue at its next free thread: it has a queue of
+    its own, which every worker consumes (here the test worker, one thread)."""
+    from rollouts.jobs import EPISODE
+    from rollouts.recording import services as recording
+    from rollouts.rollout_settings import RolloutSettings
+    from studio.celery import app
+    from studio.testing import celery_worker_running
+
+    assert app.amqp.router.route({}, "studio.tasks.jobs_requeue")["queue"].name == (
+        settings.STUDIO_CONTROL_QUEUE
+    )
+    batch = recording.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=tuple(range(40)), steps=30),
+        enqueue=False,
+    )
+    client = redis.Redis.from_url(REDIS_URL)
+    with celery_worker_running(concurrency=1):
+        EPISODE.enqueue_many(list(batch.episodes.values_list("id", flat=True)))
+        app.send_task("studio.tasks.jobs_requeue")
+        deadline = time.monotonic() + 60
+        while client.llen(settings.STUDIO_CONTROL_QUEUE):
+            assert time.monotonic() < deadline, "the requeue was never taken"
+            time.sleep(0.05)
+        waiting = client.llen("celery")
+    # Taken after at most the episode in hand and the next one, not after the 40.
+    assert waiting >= 35, waiting
