@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -200,19 +201,34 @@ def probe_run_resume(*, run: ProbeRun, enqueue: bool = True) -> int:
     return len(left)
 
 
-def probe_run_fail(*, run_id: int, error: str) -> None:
+def probe_run_fail(*, run_id: int, error: str) -> int:
     """Stop a run that cannot go on: its open chunks fail (a worker asking one loses its
-    claim and stops before its next answer is stored), and the run says why."""
+    claim, and stops before its next call or answer), and the run says why. Returns how many
+    chunks were stopped."""
     now = timezone.now()
     error = storable(error, max_bytes=ERROR_BYTES)
     with transaction.atomic():
-        ProbeRunChunk.objects.filter(
+        stopped = ProbeRunChunk.objects.filter(
             run_id=run_id,
             status__in=[ProbeRunChunk.Status.PENDING, ProbeRunChunk.Status.RUNNING],
         ).update(status=ProbeRunChunk.Status.FAILED, error=error, claim_token="", finished_at=now)
         ProbeRun.objects.filter(id=run_id, status__in=OPEN).update(
             status=ProbeRun.Status.FAILED, error=error, finished_at=now
         )
+    return stopped
+
+
+CANCELED = "canceled"
+
+
+def probe_run_cancel(*, run: ProbeRun) -> int:
+    """Stop a pending or running run (`probe_run --cancel`): it fails as "canceled", keeping
+    what it answered; no question of it is asked after a second (each chunk looks at its
+    claim before each call, at most once a second). `probe_run_resume` asks the rest.
+    Returns how many chunks were stopped."""
+    stopped = probe_run_fail(run_id=run.id, error=CANCELED)
+    run.refresh_from_db()
+    return stopped
 
 
 # --- asking a chunk ----------------------------------------------------------------------
@@ -230,14 +246,17 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
         status=ProbeRun.Status.RUNNING, started_at=timezone.now()
     )
     claim_keeper.keep(chunk_id, token)
+    held = _ClaimCheck(chunk_id=chunk_id, token=token)
     try:
         asker = ProbeAsker(asker_settings(run), seed=run.probe_set.seed)
+        asker.before_retry = held.check  # a canceled run sends no retry either
         store = FrameStore()
         for question in _questions_left(chunk):
+            held.check()  # a canceled run (or a chunk taken over) asks nothing more
             asked = _ask(asker, run=run, question=question, store=store)
             _answer_store(run=run, chunk_id=chunk_id, token=token, question=question, asked=asked)
     except ClaimLost:
-        logger.warning("probe chunk %s: claim lost, leaving it to its new owner", chunk_id)
+        logger.info("probe chunk %s: no longer held (canceled or taken over); stopped", chunk_id)
         return "claim_lost"
     except PolicyUnavailable as exc:
         probe_run_fail(run_id=run.id, error=str(exc))
@@ -254,6 +273,29 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     if PROBE_CHUNK.finish(chunk_id, token):
         _run_close_if_complete(run_id=run.id)
     return "done"
+
+
+CLAIM_CHECK_SECONDS = 1.0
+
+
+class _ClaimCheck:
+    """`ClaimLost` once the chunk is no longer this worker's (canceled, failed with its run,
+    taken over); read at most once a second, so short calls do not pay a query each."""
+
+    def __init__(self, *, chunk_id: int, token: str) -> None:
+        self.held = ProbeRunChunk.objects.filter(
+            id=chunk_id, claim_token=token, status=ProbeRunChunk.Status.RUNNING
+        )
+        self.chunk_id = chunk_id
+        self.checked = time.monotonic()  # just claimed
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now - self.checked < CLAIM_CHECK_SECONDS:
+            return
+        if not self.held.exists():
+            raise ClaimLost(f"probe chunk {self.chunk_id} is no longer this worker's")
+        self.checked = now
 
 
 def asker_settings(run: ProbeRun) -> RolloutSettings:

@@ -134,3 +134,31 @@ def test_a_run_whose_worker_is_killed_resumes_without_asking_again(
     # Only the questions without an answer were asked again.
     assert len(chat_server.requests) - asked_before == total - answered_before
     assert ProbeRun.objects.get(id=run.id).model_calls == total
+
+
+def test_a_canceled_run_stops_asking_and_resumes_what_is_left(
+    probe_set, chat_server, chat_endpoint, celery_worker, capsys
+):
+    chat_server.delay = 0.2
+    chat_server.default = replies.text("A")
+    total = probe_set.questions.count()
+    run = runs.probe_run_create(
+        probe_set=probe_set, endpoint_name=chat_endpoint.name, model="vlm-test", concurrency=2
+    )
+    wait_until(lambda: run.answers.count() >= 4, timeout=60, what="4 answers")
+    call_command("probe_run", "--cancel", str(run.id))
+    sent_at_cancel = len(chat_server.requests)
+    answered_at_cancel = run.answers.count()
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["status"] == "failed" and summary["run_id"] == run.id
+    time.sleep(2.5)  # time for a dozen more calls, were any still made
+    # At most the call each of its two chunks had started: neither is stored.
+    assert len(chat_server.requests) - sent_at_cancel <= 2
+    assert run.answers.count() == answered_at_cancel < total
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error == "canceled"
+    assert not run.chunks.filter(status__in=["pending", "running"]).exists()
+
+    assert runs.probe_run_resume(run=run) == 2
+    wait_for_row(run, statuses=JOB_ENDS, timeout=120)
+    assert run.status == "done" and run.answered == total == run.answers.count()

@@ -47,11 +47,21 @@ class Command(StudioCommand):
             metavar="RUN_ID",
             help="ask what a failed or interrupted run left unanswered",
         )
+        parser.add_argument(
+            "--cancel",
+            type=int,
+            metavar="RUN_ID",
+            help="stop a pending or running run: it asks nothing more after a second "
+            "(--resume asks the rest)",
+        )
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--wait", action="store_true", help="follow the run to its end")
         mode.add_argument("--inline", action="store_true", help="ask here, no broker needed")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["cancel"] is not None:
+            self._cancel(options["cancel"])
+            return
         if options["resume"] is not None:
             run = ProbeRun.objects.filter(id=options["resume"]).first()
             if run is None:
@@ -81,6 +91,17 @@ class Command(StudioCommand):
                 f"questions: {reason}",
                 returncode=1,
             )
+
+    def _cancel(self, run_id: int) -> None:
+        run = ProbeRun.objects.filter(id=run_id).first()
+        if run is None:
+            raise usage_error(f"cancel: there is no probe run {run_id}")
+        if run.status in ENDED:
+            self.stderr.write(f"Probe run {run.id} had already ended ({run.status}).")
+        else:
+            stopped = runs.probe_run_cancel(run=run)
+            self.stderr.write(f"Probe run {run.id} canceled: {stopped} chunk(s) stopped.")
+        self.stdout.write(json.dumps(runs.probe_run_summary(run=run)))
 
     def _create(self, options: dict[str, Any]) -> ProbeRun:
         if options["set_id"] is None:
