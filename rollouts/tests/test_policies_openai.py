@@ -401,8 +401,10 @@ def test_it_gives_up_on_an_endpoint_that_stops_answering(chat_server, settings):
     assert "failed 3 turns in a row" in batch.error
     episode = batch.episodes.get()
     assert episode.status == Episode.Status.FAILED
-    # Counted: the turns played before the one that gave up (one retry each).
-    assert (episode.model_calls, episode.model_errors, episode.model_retries) == (3, 2, 2)
+    # Counted: every turn that called, the one that gave up too (one retry each): each
+    # request the server received is a call or a retry.
+    assert (episode.model_calls, episode.model_errors, episode.model_retries) == (4, 3, 3)
+    assert batch.model_calls + batch.model_retries == len(chat_server.requests)
     # ... and kept, so a reviewer sees how the episode failed.
     assert list(episode.turns.values_list("error_kind", flat=True)) == ["", "http_500", "http_500"]
     assert len(chat_server.requests) == 1 + 3 * 2
