@@ -69,41 +69,49 @@ class ProbeAsker(OpenAIPolicy):
         return response.content
 
     def ask(self, messages: list[dict[str, Any]], choices: list[str]) -> Asked:
-        """Ask one question; raises `PolicyUnavailable` only when the endpoint is unusable."""
+        """Ask one question; raises `PolicyUnavailable` only when the endpoint is unusable
+        (its `decision` says what the question that gave up had sent)."""
         decision = Decision(actions=[])
         try:
             body = self._complete(messages, decision)
+        except PolicyUnavailable as unavailable:
+            # Its requests were sent all the same: the run counts them.
+            unavailable.decision = decision
+            raise
         except _Unusable as failure:
             self.failed_turns_in_row = 0  # it answered
-            return _asked(decision, failure.kind, failure.message)
+            return asked_from(decision, failure.kind, failure.message)
         except _CallFailed as failure:
             self.failed_turns_in_row += 1
             if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
-                raise PolicyUnavailable(
+                unavailable = PolicyUnavailable(
                     f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} "
                     f"questions in a row: {failure.message}"
-                ) from failure
-            return _asked(decision, failure.kind, failure.message)
+                )
+                unavailable.decision = decision
+                raise unavailable from failure
+            return asked_from(decision, failure.kind, failure.message)
         self.failed_turns_in_row = 0
         bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
         kind = bad[0] if bad else ""
         # `read_answer` reads a rollout's turn: a text answer is "no_tool_call" there (or a
         # move it recognised in the text); here text is what is wanted.
         if decision.tool_calls:
-            return _asked(decision, "tool_call", "answered with a tool call, not a choice")
+            return asked_from(decision, "tool_call", "answered with a tool call, not a choice")
         if kind not in ("", "no_tool_call"):
-            return _asked(decision, kind, bad[1])
+            return asked_from(decision, kind, bad[1])
         text = decision.model_text or ""
         choice = parse_choice(text, choices)
         if choice is None:
             preview = text.strip()[:PREVIEW_CHARS]
-            return _asked(decision, "unparsed", f"the answer names no choice: {preview!r}")
-        asked = _asked(decision, "", "")
+            return asked_from(decision, "unparsed", f"the answer names no choice: {preview!r}")
+        asked = asked_from(decision, "", "")
         asked.choice = choice
         return asked
 
 
-def _asked(decision: Decision, kind: str, message: str) -> Asked:
+def asked_from(decision: Decision, kind: str, message: str) -> Asked:
+    """What a call's `Decision` says of it, with an error kind and message (or "")."""
     return Asked(
         model_text=decision.model_text or "",
         error_kind=kind,

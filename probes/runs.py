@@ -28,7 +28,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from probes import claim_keeper
-from probes.asking import Asked, ProbeAsker
+from probes.asking import Asked, ProbeAsker, asked_from
 from probes.jobs import PROBE_CHUNK
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, ProbeSet
 from probes.prompting import LETTERS, OBSERVATIONS, question_messages
@@ -259,6 +259,8 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
         logger.info("probe chunk %s: no longer held (canceled or taken over); stopped", chunk_id)
         return "claim_lost"
     except PolicyUnavailable as exc:
+        if exc.decision is not None:  # the question that gave up: its calls were made
+            _calls_count(run_id=run.id, asked=asked_from(exc.decision, "", ""))
         probe_run_fail(run_id=run.id, error=str(exc))
         return "failed"
     except Exception as exc:  # a poison chunk is set aside, and its run with it: never stuck
@@ -449,6 +451,16 @@ _COUNTERS = (
     "prompt_tokens",
     "completion_tokens",
 )
+
+
+def _calls_count(*, run_id: int, asked: Asked) -> None:
+    """Count calls no answer was stored for (the question after which the run gave up)."""
+    ProbeRun.objects.filter(id=run_id).update(
+        model_calls=F("model_calls") + asked.requests,
+        model_retries=F("model_retries") + asked.retries,
+        prompt_tokens=F("prompt_tokens") + asked.prompt_tokens,
+        completion_tokens=F("completion_tokens") + asked.completion_tokens,
+    )
 
 
 def _run_close_if_complete(*, run_id: int) -> bool:

@@ -201,7 +201,7 @@ def test_it_fails_the_run_at_once_when_the_endpoint_refuses_the_key(
     assert run.status == "failed"
     assert "refused model 'vlm-test'" in run.error
     assert KEY not in run.error  # the key a server echoes is redacted
-    assert len(chat_server.requests) == 1
+    assert len(chat_server.requests) == 1 == run.model_calls  # counted, though not stored
     assert run.chunks.filter(status="failed").count() == run.chunks.count()
 
 
@@ -219,6 +219,7 @@ def test_it_stops_after_questions_failing_in_a_row_and_resumes_what_is_left(
     # Two answered, then two failed answers stored; the third failure stopped the run.
     assert run.answered == 4 and run.errors == 2
     asked = len(chat_server.requests)
+    assert run.model_calls == asked  # the calls of the question that gave up included
 
     chat_server.default = replies.text("A")
     assert runs.probe_run_resume(run=run, enqueue=False) == run.chunks.count()
