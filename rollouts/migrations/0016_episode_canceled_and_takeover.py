@@ -4,35 +4,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rollouts', '0015_turn_list_sort_indexes'),
+        ("rollouts", "0015_turn_list_sort_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='episode',
-            name='lost_worker_at',
+            model_name="episode",
+            name="lost_worker_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='episode',
-            name='resume_note',
+            model_name="episode",
+            name="resume_note",
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
-            model_name='episode',
-            name='resumed_from_turn',
+            model_name="episode",
+            name="resumed_from_turn",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='episode',
-            name='worker',
+            model_name="episode",
+            name="worker",
             field=models.CharField(blank=True, max_length=200),
         ),
         migrations.AlterField(
-            model_name='episode',
-            name='status',
-            field=models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('finished', 'Finished'), ('failed', 'Failed'), ('canceled', 'Canceled')], default='pending', max_length=20),
+            model_name="episode",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("running", "Running"),
+                    ("finished", "Finished"),
+                    ("failed", "Failed"),
+                    ("canceled", "Canceled"),
+                ],
+                default="pending",
+                max_length=20,
+            ),
         ),
     ]
