@@ -26,7 +26,13 @@ from probes import results, selectors, services_review
 from probes.charts import KindRow, RunSeries, accuracy_svg
 from probes.forms import FlagForm, NoteForm, ProbeRunForm, ProbeSetForm
 from probes.models import ProbeAnswer, ProbeRun, ProbeSet
-from probes.runs import RunError, probe_run_create, probe_run_resume, run_answer_records
+from probes.runs import (
+    RunError,
+    probe_run_cancel,
+    probe_run_create,
+    probe_run_resume,
+    run_answer_records,
+)
 from probes.services import ProbeSetError, probe_set_create
 from rollouts.models import REVIEW_PERMISSION
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection, selection_summary
@@ -295,6 +301,21 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
     else:
         left = probe_run_resume(run=run)
         messages.success(request, f"Resumed: {left} chunk{pluralize(left)} of questions queued.")
+    return redirect("probes:run_detail", run_id=run.id)
+
+
+@require_POST
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Stop a pending or running run, keeping what it answered (Resume asks the rest)."""
+    run = _object_or_404(selectors.run_get, run_id=run_id)
+    if not selectors.run_is_active(run):
+        messages.info(request, "This run is not answering; nothing to cancel.")
+    else:
+        stopped = probe_run_cancel(run=run)
+        messages.success(
+            request, f"Canceled: {stopped} chunk{pluralize(stopped)} of questions stopped."
+        )
     return redirect("probes:run_detail", run_id=run.id)
 
 

@@ -417,6 +417,32 @@ def test_an_editor_resumes_a_failed_run_and_it_asks_only_what_is_left(
     assert 'data-action="resume"' not in editor_client.get(url).content.decode()
 
 
+def test_an_editor_cancels_a_running_run_and_nothing_more_is_asked(
+    editor_client, viewer, probe_set, chat_server, chat_endpoint
+):
+    chat_server.responder = _answering("A")
+    run = runs.probe_run_create(
+        probe_set=probe_set, endpoint_name=chat_endpoint.name, model="m", enqueue=False
+    )
+    url = reverse("probes:run_detail", args=[run.id])
+    assert 'data-action="cancel"' in editor_client.get(url).content.decode()
+    cancel = reverse("probes:run_cancel", args=[run.id])
+    assert _client_of(viewer).post(cancel).status_code == 403
+    response = editor_client.post(cancel)
+    assert response.status_code == 302 and response["Location"] == url
+    run.refresh_from_db()
+    assert run.status == ProbeRun.Status.FAILED and run.error == "canceled"
+    # Nothing is asked of a canceled run; its page offers Resume instead of Cancel.
+    runs.probe_run_inline(run=run)
+    assert chat_server.requests == [] and not run.answers.exists()
+    page = editor_client.get(url).content.decode()
+    assert 'data-action="cancel"' not in page and 'data-action="resume"' in page
+    # Canceled again: nothing to cancel, still the same.
+    editor_client.post(cancel)
+    run.refresh_from_db()
+    assert run.status == ProbeRun.Status.FAILED
+
+
 # --- two runs, the leaderboard ----------------------------------------------------------------
 
 
