@@ -1,0 +1,60 @@
+"""The model limiter's Redis connections outlive a Redis restart (issue 31): each worker thread
+keeps one between calls, and after a restart every one of them was dead, so the next slot
+taken on it failed its episode."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollouts.policies import rate_limit
+from tests.faults.stack import RedisServer
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_every_threads_limiter_connection_survives_a_redis_restart(own_redis: RedisServer):
+    limiter = rate_limit.limiter_for(
+        base_url="http://127.0.0.1:9/v1",
+        concurrency=4,
+        requests_per_minute=6000,
+        lease_seconds=30,
+        redis_url=own_redis.url,
+    )
+    assert isinstance(limiter, rate_limit.RedisLimiter)
+    restarted = threading.Event()
+    failures: list[BaseException] = []
+    calls = [0] * 4
+
+    def episode(n: int) -> None:
+        # A model call before the restart and after it, on the thread's own connection.
+        try:
+            for _ in range(2):
+                limiter.wait_turn()
+                with limiter.slot():
+                    calls[n] += 1
+                restarted.wait(30)
+        except BaseException as exc:  # what failed an episode
+            failures.append(exc)
+
+    threads = [threading.Thread(target=episode, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # each thread has taken and released a slot: its connection is idle
+    own_redis.restart()
+    restarted.set()
+    for thread in threads:
+        thread.join(30)
+    assert failures == []
+    assert calls == [2, 2, 2, 2]
+    assert limiter.in_flight() == 0
