@@ -387,8 +387,12 @@ def _answer_store(
         # answer, so the chunk's next claim asks it again.
         commit_without_flush_wait()
         insert = _answer_insert if connection.vendor == "postgresql" else _answer_insert_orm
-        if not insert(answer=answer, counts=counts, chunk_id=chunk_id, token=token):
-            raise ClaimLost(f"probe chunk {chunk_id} was claimed by another worker")
+        stored = insert(answer=answer, counts=counts, chunk_id=chunk_id, token=token)
+    if not stored:
+        # Canceled, or taken over: the answer is not this worker's to store, but its calls
+        # were made and are counted.
+        _calls_count(run_id=run.id, asked=asked)
+        raise ClaimLost(f"probe chunk {chunk_id} is no longer this worker's")
 
 
 def _answer_insert_orm(

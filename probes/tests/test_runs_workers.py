@@ -162,3 +162,5 @@ def test_a_canceled_run_stops_asking_and_resumes_what_is_left(
     assert runs.probe_run_resume(run=run) == 2
     wait_for_row(run, statuses=JOB_ENDS, timeout=120)
     assert run.status == "done" and run.answered == total == run.answers.count()
+    # Every request counted, the ones whose answers the cancel threw away included.
+    assert run.model_calls == len(chat_server.requests)
