@@ -331,9 +331,11 @@ if REDIS_URL.startswith("redis"):
             "OPTIONS": {
                 "socket_connect_timeout": 1,
                 "socket_timeout": 5,
-                # A pooled connection idle for 10 s is checked (PING) before it is used, and a
-                # command on a connection Redis closed (it restarted) is sent again once on a
-                # new one: a Redis restart costs no page and no worker's task a cache error.
+                # A connection taken from the pool is checked (redis-py reconnects one that
+                # Redis closed); besides, one idle for 10 s is PINGed before use, and a command
+                # whose connection drops is sent again once on a new one: a Redis restart costs
+                # the cache its entries, never a page or a task an error
+                # (tests/faults/test_limiter_redis_restart.py).
                 "health_check_interval": 10,
                 "retry": Retry(ConstantBackoff(0.5), 1, supported_errors=(_RedisConnectionError,)),
             },

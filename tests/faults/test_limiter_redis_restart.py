@@ -1,6 +1,6 @@
-"""The model limiter's Redis connections outlive a Redis restart (issue 31): each worker thread
-keeps one between calls, and after a restart every one of them was dead, so the next slot
-taken on it failed its episode."""
+"""The model limiter's and the cache's Redis connections outlive a Redis restart (issue 31):
+each worker thread keeps a limiter connection between calls, and after a restart every one of
+them was dead, so the next slot taken on it failed its episode."""
 
 from __future__ import annotations
 
@@ -58,3 +58,21 @@ def test_every_threads_limiter_connection_survives_a_redis_restart(own_redis: Re
     assert failures == []
     assert calls == [2, 2, 2, 2]
     assert limiter.in_flight() == 0
+
+
+def test_the_caches_connections_survive_a_redis_restart(own_redis: RedisServer, settings):
+    # (Its connections come from a pool, which checks each one it lends: the limiter's
+    # threads keep theirs, and needed the health check and the retry.)
+    from django.core.cache.backends.redis import RedisCache
+
+    options = settings.CACHES["default"].get("OPTIONS", {})
+    if "health_check_interval" not in options:
+        pytest.skip("the cache is not Redis here (no REDIS_URL)")
+    cache = RedisCache(own_redis.url, {"OPTIONS": options, "KEY_PREFIX": "faults"})
+    cache.set("statistics", 1)
+    assert cache.get("statistics") == 1  # a pooled connection, idle from now on
+    own_redis.restart()
+    # Redis lost what it held (no persistence): a miss, not a ConnectionError.
+    assert cache.get("statistics") is None
+    cache.set("statistics", 2)
+    assert cache.get("statistics") == 2
