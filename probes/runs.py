@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import close_old_connections, connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Max, Min
 from django.utils import timezone
 
 from probes import claim_keeper
@@ -77,27 +77,27 @@ def probe_run_create(
     """A pending run of every question of the set, its chunks sent to workers once committed
     (`enqueue=False`: the caller asks them, `probe_run_inline`). `endpoint_name` is an
     admin-named chat endpoint; its allowed models apply, and its key goes to its URL only."""
+    model = model.strip()
+    if not model or len(model) > 200:
+        raise RunError("model: give a model name of 1 to 200 characters")
     try:
         endpoint = endpoint_get(name=endpoint_name, kind=Endpoint.Kind.CHAT)
         endpoint_check_model(endpoint=endpoint, model=model)
     except EndpointError as exc:
         raise RunError(str(exc)) from exc
-    model = model.strip()
-    if not model or len(model) > 200:
-        raise RunError("model: give a model name of 1 to 200 characters")
     if observation not in OBSERVATIONS:
         raise RunError(f"observation: {observation!r} is not one of {', '.join(OBSERVATIONS)}")
     concurrency = endpoint.concurrency if concurrency is None else int(concurrency)
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise RunError(f"concurrency: {concurrency} is not between 1 and {MAX_CONCURRENCY}")
-    indexes = probe_set.questions.values_list("index", flat=True)
-    total = indexes.count()
+    span = probe_set.questions.aggregate(total=Count("id"), first=Min("index"), last=Max("index"))
+    total = span["total"]
     if not total:
         raise RunError(f"probe set {probe_set.id} has no questions")
     widest = max(len(c) for c in probe_set.questions.values_list("choices", flat=True))
     if widest > len(LETTERS):
         raise RunError(f"probe set {probe_set.id}: a question has more than 26 choices")
-    first, last = min(indexes), max(indexes) + 1
+    first, last = span["first"], span["last"] + 1
     size = chunk_size(total=last - first, concurrency=concurrency)
     with transaction.atomic():
         run = ProbeRun.objects.create(
