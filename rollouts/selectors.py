@@ -277,6 +277,28 @@ def batch_episodes(*, batch_id: int, sort: str) -> QuerySet[Episode]:
     )
 
 
+def batch_takeovers(*, batch_id: int) -> list[dict[str, Any]]:
+    """The episodes whose worker was lost and that were taken over, by the minute it was
+    noticed: how many, and the turns they resumed from (the batch page says so, rather than
+    "running" with nothing moving)."""
+    groups: dict[Any, dict[str, Any]] = {}
+    for lost_at, turn in (
+        Episode.objects.filter(batch_id=batch_id, lost_worker_at__isnull=False)
+        .order_by("lost_worker_at")
+        .values_list("lost_worker_at", "resumed_from_turn")
+    ):
+        minute = timezone.localtime(lost_at).replace(second=0, microsecond=0)
+        group = groups.setdefault(minute, {"at": minute, "episodes": 0, "turns": []})
+        group["episodes"] += 1
+        if turn is not None:
+            group["turns"].append(turn)
+    for group in groups.values():
+        turns = group.pop("turns")
+        group["first_turn"] = min(turns) if turns else None
+        group["last_turn"] = max(turns) if turns else None
+    return list(groups.values())
+
+
 def batch_episode_stats(*, batch_id: int) -> dict[str, float | None]:
     stats = Episode.objects.filter(batch_id=batch_id, status=Episode.Status.FINISHED).aggregate(
         mean_steps=Avg("steps"),

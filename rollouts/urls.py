@@ -13,6 +13,7 @@ urlpatterns = [
     path("rollouts/<int:batch_id>/resume/", views.batch_resume, name="batch_resume"),
     path("rollouts/<int:batch_id>/cancel/", views.batch_cancel, name="batch_cancel"),
     path("episodes/<int:episode_id>/", review_views.episode_detail, name="episode_detail"),
+    path("episodes/<int:episode_id>/live/", review_views.episode_live, name="episode_live"),
     path(
         "episodes/<int:episode_id>/turns/<int:index>/",
         review_views.episode_turn,

@@ -175,6 +175,7 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
         # No finished episode, no score: "—", not a 0.00% that reads like a result.
         "score": score_text(crafter_score(rates) if batch.episodes_finished else None),
         "stats": selectors.batch_episode_stats(batch_id=batch.id),
+        "takeovers": selectors.batch_takeovers(batch_id=batch.id),
         "counts": counts,
         "shares": selectors.episode_shares(counts),
         "priced": prices is not None,

@@ -74,6 +74,9 @@ def _renew_forever() -> None:
             renew(held)
         except Exception:  # the database is down: the next round tries again
             logger.warning("could not renew %d episode claims", len(held), exc_info=True)
+        finally:
+            # One statement every ten seconds: no connection is kept open between them (a
+            # test database could not be dropped, a pooler would count it).
             connection.close()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
-from rollouts.models import Episode, Frame, Turn
+from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from studio.cached import cached
 
 
@@ -432,3 +432,23 @@ def request_image_steps(messages: Any) -> list[int]:
             if isinstance(step, int) and not isinstance(step, bool):
                 steps.append(step)
     return steps
+
+
+def episode_live(*, episode_id: int) -> dict[str, Any]:
+    """What the viewer of a playing episode shows of its progress: the episode (its step and
+    counters, written with each turn), its batch, the turns recorded, whether it still plays."""
+    episode = Episode.objects.select_related("batch").get(id=episode_id)
+    return {
+        "episode": episode,
+        "batch": episode.batch,
+        "turns": Turn.objects.filter(episode_id=episode_id).count(),
+        "live": episode_plays(episode),
+    }
+
+
+def episode_plays(episode: Episode) -> bool:
+    """Whether a worker is (or will be) playing it: not ended, not a person's game."""
+    return (
+        episode.status in (Episode.Status.PENDING, Episode.Status.RUNNING)
+        and episode.batch.policy != RolloutBatch.Policy.HUMAN
+    )

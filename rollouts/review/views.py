@@ -99,6 +99,10 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
             "episode": episode,
             "batch": episode.batch,
             "waiting": waiting,
+            # A model or baseline episode still playing: its live box (no query: the index
+            # has what it shows).
+            "live": not waiting and viewer.episode_plays(episode),
+            "turns": index.count,
             "turn_count": index.count,
             # JSON escaped for a <script> element by the selector (as `json_script` does).
             "turn_index": mark_safe(index.recorded_json),
@@ -112,6 +116,18 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
             "key_map": KEY_MAP,
         },
     )
+
+
+@require_GET
+@never_cache
+def episode_live(request: HttpRequest, episode_id: int) -> HttpResponse:
+    """Where a running episode stands (its step, turns recorded, calls and tokens), asked for
+    every 2 s by its viewer while it plays. The page's permission: any signed-in user."""
+    try:
+        live = viewer.episode_live(episode_id=episode_id)
+    except Episode.DoesNotExist as exc:
+        raise Http404("no such episode") from exc
+    return render(request, "rollouts/partials/episode_live.html", live)
 
 
 @require_GET

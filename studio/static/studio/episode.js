@@ -921,6 +921,21 @@
     });
   }
 
+  // A playing episode's live box asks every 2 s (episode_live). When more turns have been
+  // recorded and the cursor is on the last one (and nothing is being typed), the viewer
+  // follows: it opens at the newest turn. Elsewhere, the box only says how far it got.
+  document.body.addEventListener("htmx:afterSettle", () => {
+    const box = document.getElementById("episode-live");
+    if (!box) return;
+    const turns = Number(box.dataset.turns) || 0;
+    const typing = document.activeElement && document.activeElement.matches("input, textarea");
+    if (turns > count && cursor === count - 1 && !typing) {
+      const url = new URL(window.location.href);
+      url.searchParams.set("turn", String(turns - 1));
+      window.location.replace(url.toString());
+    }
+  });
+
   buildChart();
   cursor = Math.min(Math.max(Number(config.turnIndex) || 0, 0), count - 1);
   render();
