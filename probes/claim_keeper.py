@@ -52,6 +52,9 @@ def _renew_forever() -> None:
             renew(held)
         except Exception:  # the database is down: the next round tries again
             logger.warning("could not renew %d probe chunk claims", len(held), exc_info=True)
+        finally:
+            # A connection a round (every 10 s by default), not one held open for good: a
+            # process whose chunks have ended keeps none, and a test database can be dropped.
             connection.close()
 
 
