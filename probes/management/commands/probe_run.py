@@ -24,7 +24,9 @@ class Command(StudioCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("set_id", type=int, nargs="?", metavar="SET_ID")
+        parser.add_argument(
+            "set_id", type=int, nargs="?", metavar="SET_ID", help="the probe set to ask"
+        )
         parser.add_argument("--endpoint", metavar="NAME", help="a chat endpoint an admin named")
         parser.add_argument("--model", metavar="M", help="the model to ask")
         parser.add_argument(
