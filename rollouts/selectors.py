@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ from django.utils import timezone
 
 from rollouts.game.scoring import crafter_score, score_percent, success_rates
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.recording.recorder import EPISODE_COUNTERS, batch_counters_of
 from rollouts.selectors_spend import batch_prices, batch_spend
 from studio.models import Endpoint
 from studio.spend import spend_json
@@ -221,6 +223,30 @@ def batches_with_progress() -> QuerySet[RolloutBatch]:
         )
         .order_by("-created_at", "-id")
     )
+
+
+def batches_count_playing(batches: Iterable[RolloutBatch]) -> None:
+    """Add to each active model batch's counters, for the page, those of its episodes still
+    playing: an episode counts its calls on its row with every turn, and on its batch when it
+    ends. The pages then show every call within seconds of it."""
+    batches = [
+        batch
+        for batch in batches
+        if batch.status in ACTIVE_BATCH_STATUSES and batch.policy == RolloutBatch.Policy.OPENAI
+    ]
+    if not batches:
+        return
+    playing = (
+        Episode.objects.filter(batch__in=batches, status=Episode.Status.RUNNING)
+        .order_by()
+        .values("batch_id")
+        .annotate(**{name: Sum(name) for name in EPISODE_COUNTERS})
+    )
+    by_batch = {row.pop("batch_id"): row for row in playing}
+    for batch in batches:
+        if batch.id in by_batch:
+            for name, value in batch_counters_of(by_batch[batch.id]).items():
+                setattr(batch, name, getattr(batch, name) + value)
 
 
 def _human_idle() -> Q:

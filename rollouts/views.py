@@ -39,6 +39,8 @@ def batch_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(selectors.batches_with_progress(), BATCHES_PER_PAGE).get_page(
         request.GET.get("page")
     )
+    page.object_list = list(page.object_list)
+    selectors.batches_count_playing(page.object_list)
     page.object_list = selectors_spend.batches_with_spend(page.object_list)
     context = {
         "page": page,
@@ -145,6 +147,7 @@ def _batch_or_404(batch_id: int) -> RolloutBatch:
 @require_GET
 def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     batch = _batch_or_404(batch_id)
+    selectors.batches_count_playing([batch])
     sort = request.GET.get("sort", "seed")
     if sort not in selectors.EPISODE_SORTS:
         sort = "seed"

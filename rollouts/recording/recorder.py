@@ -3,10 +3,10 @@
 Rows are written in chunks, each chunk in one transaction that also renews the episode's
 claim: a worker that lost its claim (presumed dead, then re-claimed by another) stops at its
 next chunk instead of writing beside the new owner. A baseline's chunks are
-`STUDIO_RECORD_CHUNK` turns. A model episode's turns are paid for: each is written as soon as
-the writer is free (a turn's row is on disk about when the next call returns), with the
-episode's counters and their share of the batch's, so that what a crash, a kill or a cancel
-leaves is counted, reviewable, and resumed from (`ResumePoint`) instead of paid for again.
+`STUDIO_RECORD_CHUNK` turns, written by a thread of its own while it plays on. A model
+episode's turns are paid for: each is written as it is played, with the episode's step and
+counters, so that what a crash, a kill or a cancel leaves is counted, reviewable, and resumed
+from (`ResumePoint`) instead of paid for again.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from django.db import (
 from django.utils import timezone
 
 from rollouts.game.crafter_env import ACTION_INDEX, StudioEnv, encode_png, text_observation
-from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.models import Episode, Frame, Turn
 from rollouts.policies.base import (
     Decision,
     Observation,
@@ -112,9 +112,12 @@ class ResumePoint:
     frames: dict[int, tuple[int, str]]
     stored_through: int
     counters: dict[str, int]
+    # Whether the batch counts `counters` already (the attempt before ended, as failed or
+    # canceled, and is resumed on request), or not (its worker died).
+    credited: bool = False
 
 
-# The batch's model counters, as each episode adds its share to them.
+# The batch's model counters, as each episode adds its share to them when it ends.
 BATCH_COUNTERS = (
     "model_calls",
     "model_errors",
@@ -134,6 +137,13 @@ EPISODE_COUNTERS = (
 )
 
 
+def batch_counters_of(counters: dict[str, int | None]) -> dict[str, int]:
+    """An episode's (or episodes' summed) row counters as its batch counts them."""
+    totals = EpisodeTotals()
+    totals.restore({name: value or 0 for name, value in counters.items()}, credited=False)
+    return totals.batch_counters()
+
+
 @dataclass
 class EpisodeTotals:
     steps: int = 0
@@ -146,8 +156,9 @@ class EpisodeTotals:
     bad_outputs: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # What of `batch_counters()` the batch row counts already: each written chunk adds the
-    # difference in its own transaction, so a call is counted once, whatever happens next.
+    # What of `batch_counters()` the batch row counts already: an episode adds what it has
+    # not yet when it ends (finished, failed, canceled), so an episode resumed after an end
+    # adds only what came after.
     credited: dict[str, int] = field(default_factory=dict)
 
     def batch_counters(self) -> dict[str, int]:
@@ -165,11 +176,12 @@ class EpisodeTotals:
         counters = self.batch_counters() if counters is None else counters
         return {name: counters[name] - self.credited.get(name, 0) for name in BATCH_COUNTERS}
 
-    def restore(self, counters: dict[str, int]) -> None:
-        """Take over the model counters a resumed episode stored, which its batch counts."""
+    def restore(self, counters: dict[str, int], *, credited: bool) -> None:
+        """Take over the model counters a resumed episode stored with its last turn; its batch
+        counts them already (`credited`) if that attempt ended, not if its worker died."""
         for name in EPISODE_COUNTERS:
             setattr(self, name, int(counters.get(name, 0)))
-        self.credited = self.batch_counters()
+        self.credited = self.batch_counters() if credited else {}
 
     def live_fields(self) -> dict[str, int]:
         """What the episode's row shows while it plays: its step and its model counters."""
@@ -238,7 +250,7 @@ class EpisodeRecorder:
         self.live = bool(getattr(policy, "calls_model", False))
         self.totals = EpisodeTotals()
         if resume is not None:
-            self.totals.restore(resume.counters)
+            self.totals.restore(resume.counters, credited=resume.credited)
         self._frames: list[Frame] = []
         self._turns: list[Turn] = []
         self._writing: Future[None] | None = None
@@ -615,16 +627,13 @@ class EpisodeRecorder:
         the final chunk is written here, once the writer is done, and with `end` it ends the
         episode in the same transaction.
         """
-        chunk = (
-            self.store.take_staged(),
-            self._frames,
-            self._turns,
-            self.totals.live_fields(),
-            self.totals.batch_counters(),
-        )
+        chunk = (self.store.take_staged(), self._frames, self._turns, self.totals.live_fields())
         self._frames, self._turns = [], []
         self._wait_for_writer()
-        if final or not self._background:
+        # A model episode writes its turn here, between two calls, on its own connection: a
+        # writer thread would open a connection of its own for each episode (a 5-turn episode
+        # paid more for that than for its rows).
+        if final or not self._background or self.live:
             try:
                 self._write_chunk(*chunk, end=end)
             except ClaimLost:
@@ -663,7 +672,6 @@ class EpisodeRecorder:
         frames: list[Frame],
         turns: list[Turn],
         live: dict[str, int],
-        counters: dict[str, int],
         *,
         end: Callable[[EpisodeTotals], bool] | None = None,
     ) -> None:
@@ -675,7 +683,7 @@ class EpisodeRecorder:
         pause = 0.25
         while True:
             try:
-                self._write_rows(frames, turns, live, counters, end=end)
+                self._write_rows(frames, turns, live, end=end)
                 return
             except DATABASE_GONE:
                 if connection.in_atomic_block or time.monotonic() >= deadline:
@@ -711,31 +719,21 @@ class EpisodeRecorder:
         frames: list[Frame],
         turns: list[Turn],
         live: dict[str, int],
-        counters: dict[str, int],
         *,
         end: Callable[[EpisodeTotals], bool] | None = None,
     ) -> None:
-        credit = None
         with transaction.atomic():
-            if not self.live:
-                # A baseline's chunk lost in a database crash costs nothing: it is replayed.
-                # A model episode's turns were paid for: their commit waits for the disk.
-                commit_without_flush_wait()
+            # Turns lost in a database crash (not a restart: that flushes) are played again,
+            # from the last turn on disk: at most the last fraction of a second's calls.
+            commit_without_flush_wait()
             if end is None:
                 self._renew(live)
-                credit = self.totals.uncredited(counters)
-                if any(credit.values()):
-                    _batch_credit(self.episode.batch_id, credit)
             copy_rows(frames, turns)  # COPY on PostgreSQL: rows written on every step
             # The end checks the claim as the renewal does; a lost one undoes the rows.
             if end is not None and not end(self.totals):
                 if not self._canceled_here():
                     raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
                 self._renew(live)  # the rows stay, the service ends it as canceled
-                credit = self.totals.uncredited(counters)
-                _batch_credit(self.episode.batch_id, credit)
-        if credit is not None:
-            self.totals.credited = dict(counters)
 
     def _renew(self, live: dict[str, int]) -> None:
         """Renew the claim with the episode's step and counters; a canceled episode's rows are
@@ -765,14 +763,3 @@ class EpisodeRecorder:
         return Episode.objects.filter(
             id=self.episode.id, claim_token=self.claim_token, status=Episode.Status.CANCELED
         ).exists()
-
-
-def _batch_credit(batch_id: int, credit: dict[str, int]) -> None:
-    """Add an episode's calls and tokens, as they are written, to its batch's counters."""
-    table = RolloutBatch._meta.db_table
-    sets = ", ".join(f"{name} = {name} + %s" for name in BATCH_COUNTERS)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET {sets} WHERE id = %s",
-            [*(credit[name] for name in BATCH_COUNTERS), batch_id],
-        )

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 from django.db import close_old_connections, connection, transaction
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from rollouts.game.crafter_env import library_versions
@@ -37,6 +37,7 @@ from rollouts.recording.recorder import (
     ForkDiverged,
     ResumeDiverged,
     ResumePoint,
+    batch_counters_of,
 )
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims, queue
@@ -250,9 +251,23 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
         locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
         if locked.status not in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
             return 0
+        # An episode whose worker is gone (a stale claim) will not let go by itself: its
+        # calls, counted on its row with each turn, are counted on the batch here.
+        dead = Episode.objects.filter(
+            batch=locked,
+            status=Episode.Status.RUNNING,
+            heartbeat_at__lt=now - EPISODE.stale_after(),
+        )
+        unheld = dead.aggregate(**{name: Sum(name) for name in EPISODE_COUNTERS})
+        dead.update(claim_token="")
         stopped = Episode.objects.filter(
             batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
         ).update(status=Episode.Status.CANCELED, error="canceled", finished_at=now)
+        if unheld["model_calls"]:
+            credit = batch_counters_of(unheld)
+            RolloutBatch.objects.filter(id=locked.id).update(
+                **{name: F(name) + value for name, value in credit.items()}
+            )
         RolloutBatch.objects.filter(id=locked.id).update(
             status=RolloutBatch.Status.CANCELED,
             episodes_failed=F("episodes_failed") + stopped,
@@ -461,6 +476,9 @@ def _resume_point(*, episode: Episode, token: str, resumable: bool) -> ResumePoi
         frames=frames,
         stored_through=max(frames),
         counters=counters,
+        # An attempt that ended (failed, canceled) counted its calls on the batch; one whose
+        # worker died did not.
+        credited=not lost,
     )
 
 

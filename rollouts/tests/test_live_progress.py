@@ -8,12 +8,20 @@ import time
 
 from django.urls import reverse
 
+from rollouts import selectors
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from studio.testing import wait_until
 
 CALL_SECONDS = 0.25
+
+
+def batch_shown(batch_id: int) -> RolloutBatch:
+    """The batch as its pages show it: with the calls of its episodes still playing."""
+    batch = RolloutBatch.objects.get(id=batch_id)
+    selectors.batches_count_playing([batch])
+    return batch
 
 
 def test_a_model_episodes_turns_and_counters_show_within_two_seconds_of_each_call(
@@ -41,7 +49,7 @@ def test_a_model_episodes_turns_and_counters_show_within_two_seconds_of_each_cal
                 answered,
                 Turn.objects.filter(episode__batch=batch).count(),
                 episode.model_calls,
-                RolloutBatch.objects.get(id=batch.id).model_calls,
+                batch_shown(batch.id).model_calls,
             )
         )
     # Each sample: every call answered more than 2 s before it has its turn on disk, and

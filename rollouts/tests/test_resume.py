@@ -11,6 +11,8 @@ import re
 import time
 
 import pytest
+from django.urls import reverse
+from django.utils import timezone
 
 from rollouts.models import Episode, Frame, RolloutBatch
 from rollouts.recording import services
@@ -79,7 +81,7 @@ def asked(requests) -> collections.Counter:
 
 
 def test_a_killed_worker_is_replaced_and_its_episodes_resume_without_calling_twice(
-    transactional_db, chat_server, chat_endpoint, settings
+    transactional_db, chat_server, chat_endpoint, settings, editor_client
 ):
     chat_server.responder = scripted
     seeds, steps = (5, 6, 7), 60
@@ -130,6 +132,11 @@ def test_a_killed_worker_is_replaced_and_its_episodes_resume_without_calling_twi
     resumed = Episode.objects.get(id=running.id)
     assert resumed.resumed_from_turn >= recorded - 1 and resumed.lost_worker_at is not None
     assert resumed.resume_note == ""
+    # The batch page says so, instead of "running" with nothing moving.
+    page = editor_client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
+    at = timezone.localtime(resumed.lost_worker_at).strftime("%H:%M")
+    said = f"1 episode lost its worker at {at}; resumed from turn {resumed.resumed_from_turn}."
+    assert said in page
     # Every episode played to the end, each turn once, frames as the uninterrupted run's.
     for episode in Episode.objects.filter(batch=batch):
         indexes = list(episode.turns.order_by("index").values_list("index", flat=True))
