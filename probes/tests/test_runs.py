@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections import Counter, defaultdict
 from decimal import Decimal
 
@@ -345,3 +346,18 @@ def test_a_frame_gone_from_storage_is_that_questions_error_not_a_request(
     assert gone.count() == lost >= 1
     assert run.errors == lost
     assert len(chat_server.requests) == run.model_calls == run.questions_total - lost
+
+
+def test_it_keeps_to_the_endpoints_requests_per_minute(small_set, chat_server, chat_endpoint):
+    chat_server.default = replies.text("A")
+    Endpoint.objects.filter(id=chat_endpoint.id).update(requests_per_minute=1200)
+    began = time.monotonic()
+    run = run_inline(small_set, chat_endpoint)
+    assert run.status == "done"
+    arrived = [r.at for r in chat_server.requests]
+    # 1,200 a minute: the limiter reserves an instant every 50 ms from the first request on,
+    # and none leaves before its instant, so the n-th cannot arrive sooner than (n - 1) x
+    # 50 ms after the run began. (Without the limit the local server answers them all in a
+    # few ms each.)
+    assert len(arrived) == run.questions_total >= 8
+    assert all(at - began >= i * 0.05 for i, at in enumerate(arrived))
