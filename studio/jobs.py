@@ -82,16 +82,33 @@ OUTAGES: tuple[type[BaseException], ...] = (
 OUTAGE_COUNTDOWN_MAX = 20
 
 
+# PostgreSQL's errors that say the server went away (class 08, connection exception; 57P01-03,
+# shut down by an administrator, crashed, still starting): not the job's fault. Its other
+# OperationalErrors (a statement timeout, a disk full) may be, and fail a job as before.
+_SERVER_GONE = ("08", "57P01", "57P02", "57P03")
+
+
 def is_outage(exc: BaseException | None) -> bool:
-    """Whether `exc`, or an exception it was raised from or while handling, is an outage
-    (`OUTAGES`): a service's error re-raised as another is still that service being down."""
+    """Whether `exc`, or an exception it was raised from, is a lost connection to the
+    database or the broker (`OUTAGES`): a service's error re-raised as another is still that
+    service being down. A database error the server answered with (a statement timeout, a
+    constraint) is not one."""
     seen = 0
     while exc is not None and seen < 10:
+        if isinstance(exc, OperationalError):
+            return _server_gone(exc)
         if isinstance(exc, OUTAGES):
             return True
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__
         seen += 1
     return False
+
+
+def _server_gone(exc: OperationalError) -> bool:
+    # psycopg's error, which Django's wraps: no SQLSTATE when no server answered at all
+    # (refused, closed, "server closed the connection unexpectedly").
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(_SERVER_GONE)
 
 
 def outage_countdown(retries: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
 import redis
 from django.db import OperationalError
@@ -67,6 +68,17 @@ def test_outages_are_told_from_poison_through_the_exceptions_they_caused():
     except RuntimeError as exc:
         assert jobs.is_outage(exc)
     assert not jobs.is_outage(ValueError("bad"))
+    # The server answering with an error of its own is no outage; the server going away is.
+    for error, outage in (
+        (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), False),
+        (psycopg.errors.DiskFull("could not extend file"), False),
+        (psycopg.errors.AdminShutdown("terminating connection"), True),
+        (psycopg.OperationalError("server closed the connection unexpectedly"), True),
+    ):
+        try:
+            raise OperationalError(str(error)) from error  # as Django wraps it
+        except OperationalError as exc:
+            assert jobs.is_outage(exc) is outage, error
     # 1, 2, 4, ... seconds, at most OUTAGE_COUNTDOWN_MAX, shortened by up to a quarter.
     for retries, full in ((0, 1), (1, 2), (3, 8), (5, 20), (40, 20)):
         assert 0.75 * full <= jobs.outage_countdown(retries) <= full
