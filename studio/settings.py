@@ -267,6 +267,9 @@ STUDIO_IMPORT_STALE_SECONDS = env.int("STUDIO_IMPORT_STALE_SECONDS", default=600
 # A probe run's chunk is renewed every third of this by its process (`probes.claim_keeper`),
 # however long a model call takes: this is how long a dead worker's chunk goes unnoticed.
 STUDIO_PROBE_CHUNK_STALE_SECONDS = env.int("STUDIO_PROBE_CHUNK_STALE_SECONDS", default=30)
+# A model episode writes each turn as it is played, at most this often (seconds): calls that
+# take longer are written one by one (see rollouts.recording.recorder).
+STUDIO_LIVE_WRITE_SECONDS = env.float("STUDIO_LIVE_WRITE_SECONDS", default=0.5)
 # Rows written per database round trip while recording an episode.
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
 # Pages count matching rows exactly up to this many, then show PostgreSQL's estimate

@@ -261,6 +261,7 @@ class EpisodeRecorder:
         # Set by a write that found the batch canceled: the episode stops at its next turn.
         self._canceled = False
         self._claim_checked = 0.0
+        self._written_at = time.monotonic()
 
     def play(self) -> EpisodeTotals:
         # While it plays, this process renews the episode's claim every few seconds, however
@@ -386,7 +387,7 @@ class EpisodeRecorder:
                 done = True
             if done:
                 break
-            if len(self._turns) >= self.chunk or (self.live and self._writer_free()):
+            if len(self._turns) >= self.chunk or (self.live and self._live_write_due()):
                 self.flush()
         if self._canceled:
             # Written with the claim it still holds (the batch's cancel leaves it to this
@@ -398,8 +399,15 @@ class EpisodeRecorder:
             raise EpisodeCanceled(f"episode {episode.id}: its batch was canceled")
         return self.totals
 
-    def _writer_free(self) -> bool:
-        return self._writing is None or self._writing.done()
+    def _live_write_due(self) -> bool:
+        """A model episode writes its turns as they are played: at once when its calls take
+        `STUDIO_LIVE_WRITE_SECONDS` or more (as a real model's do), else at most that often
+        (a local server answering in milliseconds would otherwise pay a transaction a turn)."""
+        now = time.monotonic()
+        if now - self._written_at < django_settings.STUDIO_LIVE_WRITE_SECONDS:
+            return False
+        self._written_at = now
+        return True
 
     def _check_claim(self) -> None:
         self._claim_checked = self._still_claimed(self._claim_checked)
