@@ -21,12 +21,11 @@ import httpx2
 from django.conf import settings as django_settings
 
 from probes.prompting import parse_choice
-from rollouts.policies.base import Decision, PolicyUnavailable
+from rollouts.policies.base import Decision
 from rollouts.policies.openai import OpenAIPolicy, read_answer
 
 # The call's failures as the policy raises them. Private there: a probe asks through the same
 # `_complete` (retries, limiter, fail-fast), and tells its failures apart the same way.
-from rollouts.policies.openai.policy import _CallFailed, _Unusable
 from rollouts.rollout_settings import RolloutSettings
 from studio.untrusted import storable
 
@@ -72,26 +71,9 @@ class ProbeAsker(OpenAIPolicy):
         """Ask one question; raises `PolicyUnavailable` only when the endpoint is unusable
         (its `decision` says what the question that gave up had sent)."""
         decision = Decision(actions=[])
-        try:
-            body = self._complete(messages, decision)
-        except PolicyUnavailable as unavailable:
-            # Its requests were sent all the same: the run counts them.
-            unavailable.decision = decision
-            raise
-        except _Unusable as failure:
-            self.failed_turns_in_row = 0  # it answered
-            return asked_from(decision, failure.kind, failure.message)
-        except _CallFailed as failure:
-            self.failed_turns_in_row += 1
-            if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
-                unavailable = PolicyUnavailable(
-                    f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} "
-                    f"questions in a row: {failure.message}"
-                )
-                unavailable.decision = decision
-                raise unavailable from failure
-            return asked_from(decision, failure.kind, failure.message)
-        self.failed_turns_in_row = 0
+        body, failure = self.call(messages, decision, what="questions")
+        if failure is not None:
+            return asked_from(decision, *failure)
         bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
         kind = bad[0] if bad else ""
         # `read_answer` reads a rollout's turn: a text answer is "no_tool_call" there (or a

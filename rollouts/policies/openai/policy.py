@@ -93,7 +93,7 @@ def shared_client(
         return client
 
 
-class _CallFailed(Exception):
+class CallFailed(Exception):
     """The call failed (`http_<status>`, `timeout`, `connection`): counts toward giving up."""
 
     def __init__(self, kind: str, message: str) -> None:
@@ -102,7 +102,7 @@ class _CallFailed(Exception):
         self.message = message
 
 
-class _Unusable(_CallFailed):
+class UnusableAnswer(CallFailed):
     """The server answered, with something that cannot be read: bad output."""
 
 
@@ -160,29 +160,41 @@ class OpenAIPolicy:
     def decide(self, observation: Observation) -> Decision:
         stored, sent = build_messages(self.settings, observation, urls=self.image_urls)
         decision = Decision(actions=[], request_messages=stored)
+        body, failure = self.call(sent, decision)
+        if failure is not None:
+            return self._bad(decision, *failure)
+        bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
+        return self._bad(decision, *bad) if bad else decision
+
+    def call(
+        self, messages: list[dict[str, Any]], decision: Decision, *, what: str = "turns"
+    ) -> tuple[bytes, None] | tuple[None, tuple[str, str]]:
+        """One model call with its retries, and the rule that gives up on an endpoint that
+        fails `STUDIO_OPENAI_MAX_FAILED_TURNS` `what` (turns, questions) in a row: the answer's
+        body, or the failure's (kind, message) when it failed or could not be used. Raises
+        `PolicyUnavailable`, its `decision` saying what was sent (to be counted all the same),
+        once the endpoint is unusable."""
         try:
-            body = self._complete(sent, decision)
-        except _Unusable as failure:
+            body = self._complete(messages, decision)
+        except PolicyUnavailable as unavailable:
+            unavailable.decision = decision
+            raise
+        except UnusableAnswer as failure:
             self.failed_turns_in_row = 0  # it answered
-            return self._bad(decision, failure.kind, failure.message)
-        except _CallFailed as failure:
+            return None, (failure.kind, failure.message)
+        except CallFailed as failure:
             self.failed_turns_in_row += 1
             if self.failed_turns_in_row >= django_settings.STUDIO_OPENAI_MAX_FAILED_TURNS:
-                self._bad(decision, failure.kind, failure.message)
+                decision.error_kind, decision.error = failure.kind, failure.message
                 unavailable = PolicyUnavailable(
-                    f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} turns "
-                    f"in a row: {failure.message}"
+                    f"model endpoint {self._endpoint()} failed {self.failed_turns_in_row} "
+                    f"{what} in a row: {failure.message}"
                 )
                 unavailable.decision = decision
                 raise unavailable from failure
-            return self._bad(decision, failure.kind, failure.message)
-        except PolicyUnavailable as unavailable:
-            # Its requests were sent all the same: the recorder counts them.
-            unavailable.decision = decision
-            raise
+            return None, (failure.kind, failure.message)
         self.failed_turns_in_row = 0
-        bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)
-        return self._bad(decision, *bad) if bad else decision
+        return body, None
 
     # --- the call, with retries -----------------------------------------------------------
 
@@ -206,11 +218,11 @@ class OpenAIPolicy:
             except AnswerTooLarge as exc:
                 decision.latency_ms = _ms_since(started)
                 self.endpoint_answered = True
-                raise _Unusable("answer_too_large", str(exc)) from exc
+                raise UnusableAnswer("answer_too_large", str(exc)) from exc
             except UnreadableAnswer as exc:
                 decision.latency_ms = _ms_since(started)
                 self.endpoint_answered = True
-                raise _Unusable("invalid_response", str(exc)) from exc
+                raise UnusableAnswer("invalid_response", str(exc)) from exc
             except openai.APIStatusError as exc:
                 decision.latency_ms = _ms_since(started)
                 first_answer = not self.endpoint_answered
@@ -226,7 +238,7 @@ class OpenAIPolicy:
                         f"{self.settings.model!r}: {message}"
                     ) from exc
                 if status not in RETRYABLE_STATUS and status < 500:
-                    raise _CallFailed(kind, message) from exc
+                    raise CallFailed(kind, message) from exc
                 wait = retry_after_seconds(exc.response.headers)
             except openai.APIConnectionError as exc:
                 decision.latency_ms = _ms_since(started)
@@ -252,9 +264,9 @@ class OpenAIPolicy:
                     continue
             except openai.APIError as exc:
                 decision.latency_ms = _ms_since(started)
-                raise _Unusable("invalid_response", self._describe(exc)) from exc
+                raise UnusableAnswer("invalid_response", self._describe(exc)) from exc
             if transient_retries >= self.settings.max_retries:
-                raise _CallFailed(kind, f"{message} (after {transient_retries} retries)")
+                raise CallFailed(kind, f"{message} (after {transient_retries} retries)")
             transient_retries += 1
             decision.retries += 1
             time.sleep(self._backoff(transient_retries, wait))
