@@ -228,9 +228,11 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_BEAT_SCHEDULE = {
     # Every job kind (`studio.jobs`): what a dead worker left, or what never reached the broker.
+    # Often enough that an episode whose worker died (stale after 30 s) is taken over within
+    # about 45 s; each round is a few indexed queries per kind.
     "requeue-jobs": {
         "task": "studio.tasks.jobs_requeue",
-        "schedule": 60.0,
+        "schedule": env.float("STUDIO_REQUEUE_EVERY_SECONDS", default=15.0),
     },
     "poll-training-jobs": {
         "task": "training.tasks.training_jobs_poll",
