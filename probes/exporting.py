@@ -2,7 +2,8 @@
 
 Each question is one row: the messages a probe run sends for it with the frame as its image
 (`probes.prompting.question_messages`, so a model trained on the rows is asked the same way
-it is measured), and the right answer, the choice's own text, as the assistant's reply. The
+it is measured), and the right answer's letter as the assistant's reply (what the prompt asks
+for: "Answer with one letter"; the choice's text is in the metadata). The
 pieces are curation's: the image part (`RowBuilder.image_part`, exactly the stored PNG,
 encoded once per frame however many questions it has), frames read ahead, the provider's
 limits for `--format openai`, files written whole or not at all, the split by episode
@@ -28,7 +29,7 @@ from curation.jsonl import BuiltRow, FrameRef, RowBuilder, dumps, episode_split
 from curation.probe_exports import ProbeSetExporter
 from curation.validation import CHARS_PER_TOKEN
 from probes.models import ProbeQuestion, ProbeSet
-from probes.prompting import question_messages
+from probes.prompting import answer_letter, question_messages
 from rollouts.models import Episode
 from rollouts.recording.frame_store import FrameStore
 
@@ -229,7 +230,9 @@ def _row(
         png=b"",
         image_detail=IMAGE_DETAIL,
     )
-    messages.append({"role": "assistant", "content": question.answer})
+    # The reply the prompt asks for (one letter); the choice's text is in the metadata.
+    reply = answer_letter(question.choices, question.answer)
+    messages.append({"role": "assistant", "content": reply})
     image = builder.image_part(question.frame, {"detail": IMAGE_DETAIL})
     head, found, tail = dumps(messages).partition(_EMPTY_IMAGE_PART)
     assert found, "question_messages wrote the image part in another shape"

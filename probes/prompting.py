@@ -35,6 +35,11 @@ def lettered(choices: Sequence[str]) -> str:
     return "\n".join(f"{LETTERS[i]}. {choice}" for i, choice in enumerate(choices))
 
 
+def answer_letter(choices: Sequence[str], answer: str) -> str:
+    """The letter of `answer` among the lettered choices: what the prompt asks a model for."""
+    return LETTERS[list(choices).index(answer)]
+
+
 def question_prompt(text: str, choices: Sequence[str]) -> str:
     """The question as the model reads it: the question, its lettered choices, the rule."""
     return f"{text}\n\n{lettered(choices)}\n\nAnswer with one letter."

@@ -68,7 +68,9 @@ def test_it_writes_a_row_per_question_with_the_stored_frame_and_the_right_answer
     assert summary["path"] == str(output)
     for row, question in zip(rows, questions, strict=True):
         assert _image_bytes(row) == [_png(question)]  # exactly the stored PNG
-        assert row["messages"][-1] == {"role": "assistant", "content": question.answer}
+        # The reply the prompt asks for: the right choice's letter, worked out here.
+        letter = "ABCDEFGHIJ"[question.choices.index(question.answer)]
+        assert row["messages"][-1] == {"role": "assistant", "content": letter}
         texts = [p["text"] for p in row["messages"][1]["content"] if p["type"] == "text"]
         assert question_prompt(question.text, question.choices) in texts
         meta = row["metadata"]
@@ -159,7 +161,8 @@ def test_it_exports_a_hugging_face_dataset_with_the_frames_embedded(probe_set, t
             expected = hashlib.sha256(np.ascontiguousarray(pixels).tobytes()).hexdigest()
             assert row["pixels"] == [f"{expected}:64x64"]
             assert (row["kind"], row["answer"]) == (question.kind, question.answer)
-            assert row["completion"][0]["content"][0]["text"] == question.answer
+            letter = "ABCDEFGHIJ"[question.choices.index(question.answer)]
+            assert row["completion"][0]["content"][0]["text"] == letter
             # TRL's placeholder where the image was, one for the one image.
             parts = [p for m in row["prompt"] for p in m["content"]]
             assert sum(p["type"] == "image" for p in parts) == 1
