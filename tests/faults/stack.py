@@ -195,12 +195,18 @@ class Processes:
         self.children[name] = child
         return child
 
-    def worker(self, name: str, *, threads: int) -> subprocess.Popen:
+    def worker(self, name: str, *, threads: int, queues: tuple[str, ...] = ()) -> subprocess.Popen:
+        """`celery -A studio worker` on threads: every queue the studio declares, or `queues`."""
         return self.start(
             name, "-m", "celery", "-A", "studio", "worker", "--pool", "threads",
             "--concurrency", str(threads), "-n", f"{name}@%h", "--without-gossip",
             "--without-mingle", "--loglevel", "INFO",
+            *(("-Q", ",".join(queues)) if queues else ()),
         )  # fmt: skip
+
+    def worker_on(self, name: str, *, queue: str) -> subprocess.Popen:
+        """A worker of two threads that consumes only `queue` (one the test sends to)."""
+        return self.worker(name, threads=2, queues=(queue,))
 
     def scheduler(self) -> subprocess.Popen:
         return self.start(

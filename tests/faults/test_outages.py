@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from celery import Celery
 
 from rollouts.tests.openai_server import ChatServer, Reply, tool_call
 from tests.faults.stack import (
@@ -276,13 +275,30 @@ def test_it_finishes_every_episode_of_a_batch_across_30_s_without_postgresql(
 def test_it_finishes_every_episode_of_a_batch_across_a_redis_restart(
     stack: Stack, studio: Processes, endpoint: Endpoint
 ):
+    # A worker holding retries' countdowns while it waits for work (a training submission's,
+    # as when one worker exited over it): on the lost connection kombu tried to put them
+    # back through a connection already closed, and the worker died of it.
+    holder = studio.worker_on("holder", queue="faults-held")
+    deadline = time.monotonic() + 60
+    while "ready." not in (studio.root / "holder.log").read_text():
+        assert time.monotonic() < deadline and holder.poll() is None, studio.log("holder")
+        time.sleep(0.2)
+    from studio.celery import app
+
+    with app.connection_for_write(url=stack.redis.url) as connection:
+        for _ in range(2):
+            app.send_task(
+                "training.tasks.training_job_submit",
+                args=[10**9],
+                countdown=300,
+                queue="faults-held",
+                connection=connection,
+            )
+    while studio.log("holder").count("training_job_submit[") < 2:  # received, held
+        assert time.monotonic() < deadline, studio.log("holder")
+        time.sleep(0.2)
     batch_id = batch_start(stack, endpoint)
     wait_for_turns(stack, batch_id, 60)
-    # A retry's countdown held by a worker (a training submission's, as when one worker
-    # exited over it): kombu tried to put it back through a closed connection.
-    broker = Celery("faults", broker=stack.redis.url)
-    broker.send_task("training.tasks.training_job_submit", args=[10**9], countdown=30)
-    time.sleep(1)
     # Episodes are running, others wait in the queue: a restart without persistence loses
     # those messages, and every connection the workers hold.
     stack.redis.restart()
