@@ -158,12 +158,13 @@ class Episode(models.Model):
     claim_token = models.CharField(max_length=64, blank=True)
     # The worker holding the claim (Celery's node name): one that starts again under the same
     # name takes its episodes over at once, instead of waiting for them to go stale.
-    worker = models.CharField(max_length=200, blank=True)
+    # Defaults in the database too: rows written in SQL (a seeded benchmark) need not name it.
+    worker = models.CharField(max_length=200, blank=True, default="", db_default="")
     # The last takeover: when the episode's worker was found gone, the turn its replay
     # resumed from, and what went wrong with the replay if it had to start over.
     lost_worker_at = models.DateTimeField(null=True, blank=True)
     resumed_from_turn = models.PositiveIntegerField(null=True, blank=True)
-    resume_note = models.TextField(blank=True)
+    resume_note = models.TextField(blank=True, default="", db_default="")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # When a message was last handed to the broker; null: never (the broker was down).
     enqueued_at = models.DateTimeField(null=True, blank=True)

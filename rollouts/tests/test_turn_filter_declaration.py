@@ -129,8 +129,9 @@ def test_the_turn_list_forms_have_exactly_the_declarations_filters():
 @pytest.mark.parametrize(
     ("command", "own"),
     [
-        (export_jsonl.Command, {"output", "val-output", "force"}),
-        (export_hf.Command, {"output", "tool-calls-as-text", "force"}),
+        # `--probe-set`: a probe set's rows instead of turns (`probes.exporting`).
+        (export_jsonl.Command, {"output", "val-output", "force", "probe-set"}),
+        (export_hf.Command, {"output", "tool-calls-as-text", "force", "probe-set"}),
     ],
 )
 def test_the_export_commands_have_exactly_the_declarations_flags(command, own):
