@@ -25,7 +25,7 @@ app.conf.CELERY_DB_REUSE_MAX = 10**9
 class _RequeueAfterReconnect(bootsteps.StartStopStep):
     """A worker that connects to the broker again after losing it asks for the periodic
     requeue at once (`studio.tasks.jobs_requeue`, on the control queue), instead of waiting
-    up to a minute for the scheduler's next one.
+    for the scheduler's next one (every STUDIO_REQUEUE_EVERY_SECONDS).
 
     A broker that lost its messages (Redis restarted without persistence) is found out by
     that requeue (`studio.queue.broker_lost_messages`), which sends every waiting job again:
@@ -43,7 +43,7 @@ class _RequeueAfterReconnect(bootsteps.StartStopStep):
         if self.connected_before:
             try:
                 parent.app.send_task("studio.tasks.jobs_requeue")
-            except Exception as exc:  # the scheduler's requeue comes within a minute anyway
+            except Exception as exc:  # the scheduler's requeue comes anyway
                 logger.warning("could not ask for a requeue after reconnecting: %r", exc)
         self.connected_before = True
 

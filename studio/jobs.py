@@ -358,7 +358,8 @@ def job_kinds() -> list[JobKind]:
 
 
 def jobs_requeue() -> dict[str, int]:
-    """Every kind's `requeue` (what beat runs every minute): how many of each were sent.
+    """Every kind's `requeue` (what beat runs every STUDIO_REQUEUE_EVERY_SECONDS): how many
+    of each were sent.
 
     When the broker lost its messages (`studio.queue.broker_lost_messages`, asked once for
     all kinds) every pending row that was sent is sent again."""
