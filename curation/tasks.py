@@ -10,7 +10,6 @@ from celery import shared_task
 
 from curation import services, services_import
 from curation.jobs import EXPORT, IMPORT
-from studio.jobs import is_outage, retry_after_outage
 
 
 @shared_task(
@@ -23,17 +22,7 @@ from studio.jobs import is_outage, retry_after_outage
     max_retries=None,
 )
 def dataset_version_export(self, version_id: int) -> str:
-    try:
-        outcome = services.dataset_version_export(version_id=version_id)
-    except Exception as exc:
-        if not is_outage(exc):
-            raise
-        # The database or the broker is down: export again once it is back.
-        raise retry_after_outage(self, exc) from exc
-    if outcome == "busy":
-        # Another worker holds a fresh claim; look again once it would count as stale.
-        raise self.retry(countdown=int(EXPORT.stale_after().total_seconds()))
-    return outcome
+    return EXPORT.run_in_task(self, lambda: services.dataset_version_export(version_id=version_id))
 
 
 @shared_task(
@@ -46,17 +35,7 @@ def dataset_version_export(self, version_id: int) -> str:
     max_retries=None,
 )
 def dataset_import_run(self, import_id: int) -> str:
-    try:
-        outcome = services_import.dataset_import_run(job_id=import_id)
-    except Exception as exc:
-        if not is_outage(exc):
-            raise
-        # The database or the broker is down: go on once it is back.
-        raise retry_after_outage(self, exc) from exc
-    if outcome == "busy":
-        # Another worker holds a fresh claim; look again once it would count as stale.
-        raise self.retry(countdown=int(IMPORT.stale_after().total_seconds()))
-    return outcome
+    return IMPORT.run_in_task(self, lambda: services_import.dataset_import_run(job_id=import_id))
 
 
 @shared_task(name="datasets.tasks.datasets_requeue_waiting", acks_late=True, time_limit=300)

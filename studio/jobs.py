@@ -222,6 +222,26 @@ class JobKind:
         ids = self.to_resend(broker_lost=broker_lost)
         return ids[: queue.resend(self.model, self.task, ids)]
 
+    # -- a task's body ---------------------------------------------------------------------
+
+    def run_in_task(self, task: Any, work: Callable[[], JobOutcome]) -> JobOutcome:
+        """What a bound job task does with its service's `work()`: its outcome; after an
+        outage (a lost connection raised, or the service's "retry") the message goes back to
+        the broker soon (`retry_after_outage`); while another worker holds a fresh claim
+        ("busy"), it comes back once that claim would count as stale."""
+        try:
+            outcome = work()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # The database or the broker is down: go on from where the row says once back.
+            raise retry_after_outage(task, exc) from exc
+        if outcome == "retry":
+            raise retry_after_outage(task)
+        if outcome == "busy":
+            raise task.retry(countdown=int(self.stale_after().total_seconds()))
+        return outcome
+
     # -- a worker's claim ----------------------------------------------------------------
 
     def claim(self, pk: int, /, **fields: Any) -> str | None:
