@@ -271,7 +271,7 @@ STUDIO_IMPORT_STALE_SECONDS = env.int("STUDIO_IMPORT_STALE_SECONDS", default=600
 STUDIO_PROBE_CHUNK_STALE_SECONDS = env.int("STUDIO_PROBE_CHUNK_STALE_SECONDS", default=30)
 # A model episode writes each turn as it is played, at most this often (seconds): calls that
 # take longer are written one by one (see rollouts.recording.recorder).
-STUDIO_LIVE_WRITE_SECONDS = env.float("STUDIO_LIVE_WRITE_SECONDS", default=0.5)
+STUDIO_LIVE_WRITE_SECONDS = env.float("STUDIO_LIVE_WRITE_SECONDS", default=1.0)
 # Rows written per database round trip while recording an episode.
 STUDIO_RECORD_CHUNK = env.int("STUDIO_RECORD_CHUNK", default=64)
 # Pages count matching rows exactly up to this many, then show PostgreSQL's estimate

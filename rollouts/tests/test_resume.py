@@ -84,7 +84,7 @@ def test_a_killed_worker_is_replaced_and_its_episodes_resume_without_calling_twi
     transactional_db, chat_server, chat_endpoint, settings, editor_client
 ):
     chat_server.responder = scripted
-    seeds, steps = (5, 6, 7), 30
+    seeds, steps = (5, 6, 7), 20
     # The uninterrupted run, in this process.
     reference = services.batch_run_inline(settings=model_settings(chat_endpoint, seeds, steps))
     assert reference.episodes_finished == 3
@@ -92,7 +92,7 @@ def test_a_killed_worker_is_replaced_and_its_episodes_resume_without_calling_twi
     chat_server.requests.clear()
     # Every answer takes as long as STUDIO_LIVE_WRITE_SECONDS (a real model takes longer):
     # each turn is written as it is played, and the kill lands mid-episode.
-    chat_server.delay = 0.5
+    chat_server.delay = 1.0
 
     env = subprocess_env(CELERY_BROKER_URL=settings.CELERY_BROKER_URL)
     # Workers started by hand: the queue must stay as the killed one left it.
@@ -102,10 +102,10 @@ def test_a_killed_worker_is_replaced_and_its_episodes_resume_without_calling_twi
     try:
         batch = services.batch_create(settings=model_settings(chat_endpoint, seeds, steps))
         wait_until(
-            lambda: len(chat_server.requests) >= 40,
+            lambda: len(chat_server.requests) >= 25,
             timeout=120,
             what=lambda: (
-                "40 calls; episodes: "
+                "25 calls; episodes: "
                 + str(list(Episode.objects.filter(batch=batch).values("status", "error", "steps")))
             ),
         )
@@ -155,13 +155,14 @@ def test_a_killed_worker_is_replaced_and_its_episodes_resume_without_calling_twi
     # worker had sent and never saw answered.
     received = len(chat_server.requests)
     assert received - in_flight_at_kill <= batch.model_calls <= received
-    # Taken over at the new worker's start, not after the stale window (30 s): the rest of
-    # the resumed episode and the last one (25 s of calls) end within 50 s.
+    # Taken over at the new worker's start, not after the stale window (30 s, and up to 15 s
+    # more for the requeue): the rest of the resumed episode and the last one (35 s of calls)
+    # end within 60 s.
     print(
         f"takeover and the rest: {took:.1f} s; {received} requests ({at_kill} at the kill), "
         f"{twice} asked twice"
     )
-    assert took < 50, took
+    assert took < 60, took
 
 
 def test_a_failed_model_episode_resumed_goes_on_from_its_last_turn(
