@@ -59,7 +59,11 @@ class ResumeDiverged(Exception):
 
 class EpisodeCanceled(Exception):
     """The episode's batch was canceled: what it played is written, it stops before its next
-    model call, and its service ends it as canceled."""
+    model call, and its service ends it as canceled.
+
+    `decision`: raised between two tries of a call, what the tries before it sent."""
+
+    decision: Decision | None = None
 
 
 # Lost connections to the database: waited out (reconnect, back off), never an episode's fault.
@@ -344,7 +348,9 @@ class EpisodeRecorder:
             )
             try:
                 decision = self.policy.decide(observation)
-            except EpisodeCanceled:  # between two tries of a call: no more tries
+            except EpisodeCanceled as exc:  # between two tries of a call: no more tries
+                if exc.decision is not None:  # the tries before it were sent: counted
+                    self.totals.add_decision(exc.decision)
                 self._canceled = True
                 break
             except PolicyUnavailable as exc:

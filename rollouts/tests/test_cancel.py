@@ -87,3 +87,38 @@ def test_rollout_cancel_of_no_batch_is_one_line_and_exit_2(transactional_db):
     # One line, as every command's usage errors (`--resume` of no batch says the same).
     assert done.stderr.strip().splitlines() == ["CommandError: cancel: there is no batch 987654"]
     assert done.stdout == ""
+
+
+def test_a_cancel_stops_the_retries_of_a_call_and_counts_them(
+    celery_worker, chat_server, chat_endpoint
+):
+    from rollouts.tests.openai_server import status
+
+    # Every answer is a 429 asking for 0.2 s: one call, retried for as long as it is let.
+    chat_server.default = status(429, retry_after="0.2")
+    batch = services.batch_create(
+        settings=RolloutSettings(
+            policy="openai",
+            model="test-vlm",
+            endpoint=chat_endpoint.name,
+            base_url=chat_endpoint.base_url,
+            seeds=(0,),
+            steps=10,
+            max_retries=20,
+        )
+    )
+    wait_until(lambda: len(chat_server.requests) >= 5, timeout=60, what="5 tries of the call")
+    canceled_at = time.monotonic()
+    services.batch_cancel(batch=RolloutBatch.objects.get(id=batch.id))
+    wait_until(
+        lambda: not services.batch_episodes_still_playing(batch=batch), timeout=10, what="let go"
+    )
+    time.sleep(1.0)
+    after = [r.at - canceled_at for r in chat_server.requests if r.at > canceled_at]
+    # The retries stop at the next try once the claim check sees the cancel (at most a
+    # second old), instead of going on for 20 tries (~4 s).
+    assert all(delay <= CLAIM_CHECK_SECONDS + 0.5 for delay in after), after
+    batch.refresh_from_db()
+    # Each request is a call or a retry, all counted though the turn was never played.
+    assert batch.model_calls + batch.model_retries == len(chat_server.requests)
+    assert Episode.objects.get(batch_id=batch.id).turns.count() == 0

@@ -203,7 +203,12 @@ class OpenAIPolicy:
         connect_failures = 0
         while True:
             if decision.retries and self.before_retry is not None:
-                self.before_retry()  # a canceled episode sends no retry either
+                try:
+                    self.before_retry()  # a canceled episode sends no retry either
+                except Exception as stop:
+                    decision.retries -= 1  # counted when it was planned; never sent
+                    stop.decision = decision  # what was sent before it: to be counted
+                    raise
             self.limiter.wait_turn()
             started = time.monotonic()
             wait: float | None = None
