@@ -13,7 +13,9 @@ class ProbesConfig(AppConfig):
         # exporter with curation's export commands (curation cannot import probes, a later
         # app).
         from curation import probe_exports
-        from probes import jobs  # noqa: F401
+
+        # Its claim keeper too: a restarted worker's take-over looks at probe chunks.
+        from probes import claim_keeper, jobs  # noqa: F401
         from probes.exporting import EXPORTER
 
         probe_exports.register(EXPORTER)

@@ -6,9 +6,11 @@ asked again)."""
 from __future__ import annotations
 
 from probes.jobs import PROBE_CHUNK
-from studio.claim_keeper import ClaimKeeper
+from studio.claim_keeper import ClaimKeeper, worker_name
 
 KEEPER = ClaimKeeper(PROBE_CHUNK)
 keep = KEEPER.keep
 let_go = KEEPER.let_go
 renew = KEEPER.renew
+
+__all__ = ["KEEPER", "keep", "let_go", "renew", "worker_name"]

@@ -144,6 +144,9 @@ class ProbeRunChunk(ClaimedJob):
     index = models.PositiveIntegerField()
     first = models.PositiveIntegerField()
     last = models.PositiveIntegerField()
+    # The worker holding the claim (Celery's node name): one that starts again under the same
+    # name takes its chunks over at once (`studio.claim_keeper`).
+    worker = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["run_id", "index"]

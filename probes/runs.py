@@ -237,7 +237,7 @@ def probe_run_cancel(*, run: ProbeRun) -> int:
 def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     """Claim the chunk and ask its questions not answered yet, storing each answer as it
     comes. Idempotent: a second delivery finds the chunk claimed or ended."""
-    token = PROBE_CHUNK.claim(chunk_id)
+    token = PROBE_CHUNK.claim(chunk_id, worker=claim_keeper.worker_name())
     if token is None:
         return PROBE_CHUNK.unclaimed(chunk_id)
     chunk = ProbeRunChunk.objects.select_related("run", "run__probe_set").get(id=chunk_id)

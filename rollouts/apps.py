@@ -18,13 +18,10 @@ class RolloutsConfig(AppConfig):
 
         worker_warm_up.connect(_build_a_game, weak=False)
 
-        from celery import signals
-
-        signals.celeryd_after_setup.connect(_name_worker, weak=False)
-        signals.worker_ready.connect(_take_over_from_predecessor, weak=False)
-
-        # Registers the job kinds with the periodic requeue.
+        # Registers the job kinds with the periodic requeue, and the episodes' claim keeper
+        # with a restarted worker's take-over (`studio.claim_keeper.take_over_all`).
         from rollouts import jobs  # noqa: F401
+        from rollouts.recording import claim_keeper  # noqa: F401
 
 
 def _build_a_game(**kwargs) -> None:
@@ -32,24 +29,3 @@ def _build_a_game(**kwargs) -> None:
     from rollouts.game.crafter_env import warm_up
 
     warm_up()
-
-
-def _name_worker(sender=None, **kwargs) -> None:
-    """Claims record the worker's node name (see `rollouts.recording.claim_keeper`)."""
-    from rollouts.recording import claim_keeper
-
-    if sender:
-        claim_keeper.name_worker(str(sender))
-
-
-def _take_over_from_predecessor(sender=None, **kwargs) -> None:
-    """A worker starting under a name that holds running episodes replaces a worker that is
-    gone (a restart): it takes them over now, not once they go stale."""
-    import logging
-
-    from rollouts.recording import claim_keeper
-
-    try:
-        claim_keeper.take_over(claim_keeper.worker_name())
-    except Exception:  # the database is down: the periodic requeue takes them over later
-        logging.getLogger(__name__).warning("could not take over episodes", exc_info=True)

@@ -8,6 +8,27 @@ def _seed_endpoints(sender, **kwargs) -> None:
     endpoints_seed_defaults()
 
 
+def _name_worker(sender=None, **kwargs) -> None:
+    from studio import claim_keeper
+
+    if sender:
+        claim_keeper.name_worker(str(sender))
+
+
+def _take_over_from_predecessor(sender=None, **kwargs) -> None:
+    """A worker starting under a name that holds running jobs (episodes, probe chunks)
+    replaces a worker that is gone (a restart): it takes them over now, not once they go
+    stale. The apps registered their keepers in their `ready()`."""
+    import logging
+
+    from studio import claim_keeper
+
+    try:
+        claim_keeper.take_over_all(claim_keeper.worker_name())
+    except Exception:  # the database is down: the periodic requeue takes them over later
+        logging.getLogger(__name__).warning("could not take over jobs", exc_info=True)
+
+
 class StudioConfig(AppConfig):
     name = "studio"
 
@@ -17,3 +38,10 @@ class StudioConfig(AppConfig):
 
         # OPENAI_BASE_URL / SYNTH_BACKEND_URL seed a default endpoint of each kind.
         post_migrate.connect(_seed_endpoints, sender=self)
+
+        # A worker records its node name on its claims, and takes over at start what a worker
+        # of the same name held (`studio.claim_keeper`).
+        from celery import signals
+
+        signals.celeryd_after_setup.connect(_name_worker, weak=False)
+        signals.worker_ready.connect(_take_over_from_predecessor, weak=False)
