@@ -42,6 +42,7 @@ from rollouts.recording import claim_keeper
 from rollouts.recording.frame_store import FrameStore, frame_name
 from rollouts.rollout_settings import RolloutSettings
 from studio.claims import ClaimLost
+from studio.jobs import is_outage
 from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait
 
@@ -447,13 +448,19 @@ class EpisodeRecorder:
         while True:
             try:
                 return read()
-            except DATABASE_GONE:
-                if connection.in_atomic_block or time.monotonic() >= deadline:
+            except DATABASE_GONE as exc:
+                if not self._wait_out(exc, deadline):
                     raise
                 logger.warning("episode %s: database unreachable, waiting", self.episode.id)
                 connection.close()  # the next try opens a new connection
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
+
+    def _wait_out(self, exc: Exception, deadline: float) -> bool:
+        """Whether to wait for the database and try again: a lost connection
+        (`studio.jobs.is_outage`; not a statement the server refused), outside a caller's
+        transaction, before the deadline."""
+        return is_outage(exc) and not connection.in_atomic_block and time.monotonic() < deadline
 
     def _execute(
         self, env: StudioEnv, actions: list[str], frame: Frame, png: bytes, unlocked: set[str]
@@ -699,8 +706,8 @@ class EpisodeRecorder:
             try:
                 self._write_rows(frames, turns, live, end=end)
                 return
-            except DATABASE_GONE:
-                if connection.in_atomic_block or time.monotonic() >= deadline:
+            except DATABASE_GONE as exc:
+                if not self._wait_out(exc, deadline):
                     raise
                 logger.warning("episode %s: database unreachable, waiting", self.episode.id)
                 connection.close()

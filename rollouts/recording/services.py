@@ -15,7 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import redis
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
@@ -42,7 +41,7 @@ from rollouts.recording.recorder import (
 from rollouts.rollout_settings import RolloutSettings
 from studio import claims, queue
 from studio.errors import plain_error
-from studio.jobs import ClaimLost, JobOutcome, error_cut
+from studio.jobs import ClaimLost, JobOutcome, error_cut, is_outage
 from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait, fetch_and_commit
 from studio.untrusted import storable
@@ -332,9 +331,6 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
 # worker lost (`episode_run` tells them apart by it).
 RESUME_REQUESTED = "resumed on request"
 
-# A broker (the limiter's Redis) or database that cannot be reached: not the episode's fault.
-SERVICE_GONE = (*DATABASE_GONE, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-
 
 def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
     """Claim, play and record one episode. Idempotent.
@@ -364,7 +360,11 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
         return "failed"
     try:
         return _episode_play(episode=episode, token=token, settings=settings, policy=policy)
-    except SERVICE_GONE as exc:
+    except Exception as exc:
+        # A database or broker (the limiter's Redis) that cannot be reached is not the
+        # episode's fault: it goes on from its last written turn once they are back.
+        if not is_outage(exc):
+            raise
         logger.warning("episode %s: %s; handed back, to resume", episode_id, plain_error(exc))
         _episode_hand_back(episode=episode, claim_token=token)
         return "retry"
@@ -422,8 +422,6 @@ def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, po
     except ClaimLost:
         logger.warning("episode %s: claim lost, leaving it to its new owner", episode.id)
         return "claim_lost"
-    except SERVICE_GONE:
-        raise
     except PolicyUnavailable as exc:
         # The batch first: were this its last episode, ending it would close the batch as
         # finished before it could be marked failed.
@@ -431,6 +429,8 @@ def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, po
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=recorder.totals)
         return "failed"
     except Exception as exc:  # a poison episode is set aside, never retried forever
+        if is_outage(exc):
+            raise  # handed back by `episode_run`, not failed
         logger.exception("episode %s failed", episode.id)
         episode_fail(
             episode=episode,
