@@ -347,45 +347,15 @@ class EpisodeRecorder:
                 png=png,
                 history=tuple(history) if settings.history_frames else (),
             )
-            try:
-                decision = self.policy.decide(observation)
-            except EpisodeCanceled as exc:  # between two tries of a call: no more tries
-                if exc.decision is not None:  # the tries before it were sent: counted
-                    self.totals.add_decision(exc.decision)
-                self._canceled = True
+            decision = self._decide(observation)
+            if decision is None:  # canceled between two tries of a call
                 break
-            except PolicyUnavailable as exc:
-                if exc.decision is not None:  # its calls were made: counted all the same
-                    self.totals.add_decision(exc.decision)
-                raise
-            self.totals.add_decision(decision)
             actions = decision.actions or ([] if decision.end_episode else ["noop"])
             executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
                 env, actions, frame, png, unlocked
             )
             self._turns.append(
-                Turn(
-                    episode=episode,
-                    index=turn_index,
-                    frame=frame,
-                    observation_text=observation.text,
-                    request_messages=decision.request_messages,
-                    model_text=decision.model_text,
-                    reasoning_text=decision.reasoning_text,
-                    tool_calls=decision.tool_calls,
-                    actions=executed,
-                    reward=reward,
-                    achievements_unlocked=new_unlocks,
-                    error=decision.error,
-                    error_kind=decision.error_kind,
-                    finish_reason=decision.finish_reason,
-                    text_fallback=decision.text_fallback,
-                    prompt_tokens=decision.prompt_tokens,
-                    completion_tokens=decision.completion_tokens,
-                    latency_ms=decision.latency_ms,
-                    retries=decision.retries,
-                    truncated=decision.truncated,
-                )
+                self._turn(turn_index, frame, observation, decision, executed, reward, new_unlocks)
             )
             history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
             frame, png = next_frame, next_png
@@ -405,6 +375,57 @@ class EpisodeRecorder:
         if self._canceled:  # canceled while its last rows were on their way
             raise EpisodeCanceled(f"episode {episode.id}: its batch was canceled")
         return self.totals
+
+    def _decide(self, observation: Observation) -> Decision | None:
+        """The policy's decision, counted; None when a cancel stopped it between two tries of
+        a call. The calls of a decision that gave up (or was stopped) are counted too."""
+        try:
+            decision = self.policy.decide(observation)
+        except EpisodeCanceled as exc:  # between two tries of a call: no more tries
+            if exc.decision is not None:  # the tries before it were sent: counted
+                self.totals.add_decision(exc.decision)
+            self._canceled = True
+            return None
+        except PolicyUnavailable as exc:
+            if exc.decision is not None:  # its calls were made: counted all the same
+                self.totals.add_decision(exc.decision)
+            raise
+        self.totals.add_decision(decision)
+        return decision
+
+    def _turn(
+        self,
+        index: int,
+        frame: Frame,
+        observation: Observation,
+        decision: Decision,
+        executed: list[str],
+        reward: float,
+        unlocks: list[str],
+    ) -> Turn:
+        """The row of a turn played: what the policy saw and answered, what was executed."""
+        return Turn(
+            episode=self.episode,
+            index=index,
+            frame=frame,
+            observation_text=observation.text,
+            request_messages=decision.request_messages,
+            model_text=decision.model_text,
+            reasoning_text=decision.reasoning_text,
+            tool_calls=decision.tool_calls,
+            actions=executed,
+            reward=reward,
+            achievements_unlocked=unlocks,
+            error=decision.error,
+            error_kind=decision.error_kind,
+            finish_reason=decision.finish_reason,
+            text_fallback=decision.text_fallback,
+            prompt_tokens=decision.prompt_tokens,
+            completion_tokens=decision.completion_tokens,
+            latency_ms=decision.latency_ms,
+            retries=decision.retries,
+            truncated=decision.truncated,
+        )
 
     def _live_write_due(self) -> bool:
         """A model episode writes its turns as they are played: at once when its calls take

@@ -263,10 +263,7 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
             batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
         ).update(status=Episode.Status.CANCELED, error="canceled", finished_at=now)
         if unheld["model_calls"]:
-            credit = batch_counters_of(unheld)
-            RolloutBatch.objects.filter(id=locked.id).update(
-                **{name: F(name) + value for name, value in credit.items()}
-            )
+            _batch_credit(batch_id=locked.id, credit=batch_counters_of(unheld))
         RolloutBatch.objects.filter(id=locked.id).update(
             status=RolloutBatch.Status.CANCELED,
             episodes_failed=F("episodes_failed") + stopped,
@@ -518,9 +515,15 @@ def _episode_canceled(*, episode: Episode, claim_token: str, totals: EpisodeTota
         )
         credit = totals.uncredited()
         if let_go and any(credit.values()):
-            RolloutBatch.objects.filter(id=episode.batch_id).update(
-                **{name: F(name) + value for name, value in credit.items()}
-            )
+            _batch_credit(batch_id=episode.batch_id, credit=credit)
+
+
+def _batch_credit(*, batch_id: int, credit: dict[str, int]) -> None:
+    """Add model calls and tokens (`EpisodeTotals.batch_counters`) to the batch's counters,
+    for episodes that end outside `_batch_count_end` (canceled ones)."""
+    RolloutBatch.objects.filter(id=batch_id).update(
+        **{name: F(name) + value for name, value in credit.items()}
+    )
 
 
 def _fork_prefix(episode: Episode):
