@@ -25,9 +25,18 @@ MAX_MESSAGE_CHARS = 4000
 # What one poll stores at most; a provider with more gives the rest to the next polls.
 MAX_EVENTS_PER_POLL = 500
 MAX_POINTS_PER_POLL = 2000
+# Pages of events one poll reads at most: a provider that always says there is more is read a
+# few pages a poll, each poll resuming where the last stopped.
+MAX_EVENT_PAGES_PER_POLL = 5
+# The requests one poll makes at most, whatever the provider answers: its status, its event
+# pages and its metrics. How long a poll holds its job is computed from it.
+REQUESTS_PER_POLL = 1 + MAX_EVENT_PAGES_PER_POLL + 1
 # A file or job id as providers make them ("file-abc", "ftjob-abc", "sft_12:x"): it becomes
 # part of a URL path, so nothing that could climb out of it ("..", "/", "%").
 _REMOTE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")
+# A status as providers spell them ("running", "validating_files").
+_STATUS_WORD = re.compile(r"[a-z][a-z_]{0,39}")
+MAX_MODEL_ID_CHARS = 300
 
 
 class ProviderError(Exception):
@@ -204,6 +213,34 @@ def remote_id(value: Any, what: str) -> str:
     if isinstance(value, str) and _REMOTE_ID.fullmatch(value) and value.strip(".") != "":
         return value
     raise ProviderError(f"{what} answered an unusable id: {clean_text(repr(value), limit=80)}")
+
+
+def remote_status(value: Any, known: dict[str, str], what: str) -> tuple[str, str]:
+    """(our status, the provider's) from the status a provider reported.
+
+    A word we do not know yet is taken as running (a provider may add statuses); anything
+    that is not a status word at all (`{"x": 1}`, a number, nothing) is an unusable answer,
+    which the poll counts as failed.
+    """
+    if isinstance(value, str) and _STATUS_WORD.fullmatch(value.strip().lower()):
+        remote = value.strip().lower()
+        return known.get(remote, "running"), remote
+    raise ProviderError(f"{what} answered an unusable status: {clean_text(repr(value), limit=80)}")
+
+
+def model_id(value: Any, what: str) -> str:
+    """The fine-tuned model's id as the provider named it, "" when it named none.
+
+    It is printed by commands, copied into batches and sent back as a model name: one that
+    holds control characters (an escape sequence for whoever prints it) or is not text is
+    refused, as an unusable answer.
+    """
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str) and len(value) <= MAX_MODEL_ID_CHARS and value.isprintable():
+        return value
+    shown = clean_text(repr(value), limit=80)
+    raise ProviderError(f"{what} answered an unusable model id: {shown}")
 
 
 def points_per_poll(points: list[tuple]) -> list[tuple]:

@@ -47,9 +47,17 @@ def call_seconds() -> float:
     return float(settings.STUDIO_TRAINING_CALL_SECONDS)
 
 
-def upload_seconds() -> float:
-    """The deadline of one upload: a version can be hundreds of MB."""
-    return float(settings.STUDIO_TRAINING_UPLOAD_SECONDS)
+# The slowest upload a deadline allows for (1 Mbit/s): a version can be hundreds of MB.
+UPLOAD_BYTES_PER_SECOND = 128 * 1024
+
+
+def upload_seconds(size: int) -> float:
+    """The deadline of one upload of `size` bytes: a call's deadline plus the file at
+    `UPLOAD_BYTES_PER_SECOND`, at most STUDIO_TRAINING_UPLOAD_SECONDS. A provider that
+    dribbles its answer to a small file holds a worker thread about a call's deadline, not
+    the hour a large file may need."""
+    proportional = call_seconds() + max(0, size) / UPLOAD_BYTES_PER_SECOND
+    return min(float(settings.STUDIO_TRAINING_UPLOAD_SECONDS), proportional)
 
 
 class _Budget(threading.local):

@@ -17,6 +17,7 @@ import openai
 from django.conf import settings
 
 from training.providers.base import (
+    MAX_EVENT_PAGES_PER_POLL,
     MAX_EVENTS_PER_POLL,
     JobSpec,
     PlannedRequest,
@@ -28,7 +29,9 @@ from training.providers.base import (
     clean_number,
     clean_step,
     clean_text,
+    model_id,
     remote_id,
+    remote_status,
 )
 from training.providers.http import call_seconds, provider_http_client, upload_seconds
 
@@ -202,7 +205,7 @@ class OpenAIProvider:
                 file=(file.name, fh, "application/jsonl"),
                 purpose="fine-tune",
                 extra_headers={"Idempotency-Key": idempotency_key},
-                timeout=upload_seconds(),
+                timeout=upload_seconds(file.bytes),
             )
             return remote_id(answer.id, "openai: files.create")
 
@@ -233,7 +236,9 @@ class OpenAIProvider:
             return _state(job)
 
     def events(self, *, remote_job_id: str, cursor: str) -> tuple[list[RemoteEvent], str]:
-        """Events not yet read, oldest first, at most a poll's worth.
+        """Events not yet read, oldest first, at most a poll's worth (`MAX_EVENTS_PER_POLL`
+        events, `MAX_EVENT_PAGES_PER_POLL` requests: a provider that always says there is
+        more, a page at a time, is read a few pages a poll).
 
         OpenAI lists events newest first (`after` pages towards older ones), so a backlog
         longer than one poll takes is read from the top down over several polls: the cursor
@@ -247,6 +252,7 @@ class OpenAIProvider:
             job_id = remote_id(remote_job_id, "the job")
             options = {"after": bottom} if bottom else {}
             page = self._client.fine_tuning.jobs.list_events(job_id, limit=100, **options)
+            pages = 1
             while len(found) < MAX_EVENTS_PER_POLL:
                 for event in page.data[: MAX_EVENTS_PER_POLL - len(found)]:
                     if event.id == seen:
@@ -256,7 +262,10 @@ class OpenAIProvider:
                 if ended or not page.has_next_page():
                     ended = True
                     break
+                if pages >= MAX_EVENT_PAGES_PER_POLL:
+                    break
                 page = page.get_next_page()
+                pages += 1
         if ended:  # everything down to `seen` is stored
             newest = top or (found[0].remote_id if found else seen)
             next_cursor = newest
@@ -289,7 +298,7 @@ def _event_cursor(cursor: str) -> tuple[str, str, str]:
 
 
 def _state(job: Any) -> RemoteState:
-    remote = clean_text(job.status, limit=40).lower()
+    status, remote = remote_status(job.status, STATUS_MAP, "openai: fine_tuning.jobs.retrieve")
     error = ""
     if job.error is not None and (job.error.message or job.error.code):
         error = clean_text(
@@ -300,9 +309,9 @@ def _state(job: Any) -> RemoteState:
     if tokens is not None and not 0 <= tokens < 2**53:
         tokens = None
     return RemoteState(
-        status=STATUS_MAP.get(remote, "running"),
+        status=status,
         remote_status=remote,
-        fine_tuned_model=clean_text(job.fine_tuned_model, limit=300),
+        fine_tuned_model=model_id(job.fine_tuned_model, "openai: fine_tuning.jobs.retrieve"),
         trained_tokens=tokens,
         error=error,
     )

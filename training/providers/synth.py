@@ -31,8 +31,10 @@ from training.providers.base import (
     clean_number,
     clean_step,
     clean_text,
+    model_id,
     points_per_poll,
     remote_id,
+    remote_status,
 )
 from training.providers.http import (
     AnswerTooLarge,
@@ -271,7 +273,7 @@ class SynthProvider:
             "learning/files",
             stream=body,
             length=len(head) + file.bytes + len(tail),
-            seconds=upload_seconds(),
+            seconds=upload_seconds(file.bytes),
             headers={
                 "Content-Type": f"multipart/form-data; boundary={boundary}",
                 "Idempotency-Key": idempotency_key,
@@ -295,15 +297,15 @@ class SynthProvider:
     def state(self, *, remote_job_id: str) -> RemoteState:
         answer = self._call("GET", f"learning/jobs/{_q(remote_job_id)}")
         answer = answer if isinstance(answer, dict) else {}
-        remote = clean_text(answer.get("status"), limit=40).lower()
+        status, remote = remote_status(answer.get("status"), STATUS_MAP, "synth: job status")
         error = answer.get("error")
         if isinstance(error, dict):
             error = error.get("message") or json.dumps(clean_data(error))[:2000]
         tokens = answer.get("trained_tokens")
         return RemoteState(
-            status=STATUS_MAP.get(remote, "running" if remote else "submitted"),
+            status=status,
             remote_status=remote,
-            fine_tuned_model=clean_text(answer.get("fine_tuned_model"), limit=300),
+            fine_tuned_model=model_id(answer.get("fine_tuned_model"), "synth: job status"),
             trained_tokens=tokens
             if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**53
             else None,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from studio.jobs import error_cut
 from training.models import TrainingEvent, TrainingJob
 from training.providers import ProviderError
-from training.providers.base import RemoteEvent, RemoteState, clean_text
+from training.providers.base import REQUESTS_PER_POLL, RemoteEvent, RemoteState, model_id
 from training.providers.http import call_seconds
 from training.providers.synth import terminal_event_status
 from training.services.common import EndpointStopped, _fail, _note, _provider
@@ -23,23 +23,42 @@ logger = logging.getLogger(__name__)
 
 # -- poll -----------------------------------------------------------------------------------
 
-# A poll makes three calls (status, events, metrics), none retried: the next poll is the retry.
-CALLS_PER_POLL = 3
-
 
 def poll_lease() -> dt.timedelta:
-    """How long a poll may hold its job (and the beat task all polls): longer than its three
-    calls can last, so a hung provider is never handed to a second worker meanwhile."""
-    return dt.timedelta(seconds=CALLS_PER_POLL * call_seconds() + 30)
+    """How long a poll may hold its job (and the beat task all polls): longer than the most
+    requests a poll makes (`REQUESTS_PER_POLL`, none retried: the next poll is the retry)
+    can last, each cut at its deadline, so its job is never handed to a second poll
+    meanwhile."""
+    return dt.timedelta(seconds=REQUESTS_PER_POLL * call_seconds() + 30)
 
 
-def training_job_poll(*, job_id: int) -> str:
-    """Ask the provider once: new events and metrics are stored, the status follows."""
-    job = TrainingJob.objects.filter(id=job_id).first()
-    if job is None or not job.remote_job_id or job.status in TrainingJob.TERMINAL:
-        return "skipped"
-    if job.submitted_at is None:
-        return "skipped"  # the submission task has not finished starting it
+def training_job_poll(*, job_id: int, due: dt.datetime | None = None) -> str:
+    """Ask the provider once, as the one poll of this job under way: new events and metrics
+    are stored, the status follows.
+
+    The job is claimed first (its `polled_at` set past the poll's longest): "busy" while
+    another poll holds it, whoever asked (the beat task, a cancel, `submit_training
+    --wait`). `due`: poll only a job last polled before then (the beat task's round).
+    """
+    now = timezone.now()
+    claimed = (
+        TrainingJob.objects.filter(id=job_id, submitted_at__isnull=False)
+        .exclude(status__in=TrainingJob.TERMINAL)
+        .exclude(remote_job_id="")
+        .filter(Q(polled_at__isnull=True) | Q(polled_at__lte=due or now))
+        .update(polled_at=now + poll_lease())
+    )
+    if not claimed:
+        held = TrainingJob.objects.filter(id=job_id, polled_at__gt=now).exists()
+        return "busy" if held else "skipped"
+    try:
+        return _poll_claimed(TrainingJob.objects.get(id=job_id))
+    except Exception:
+        TrainingJob.objects.filter(id=job_id).update(polled_at=timezone.now())
+        raise
+
+
+def _poll_claimed(job: TrainingJob) -> str:
     try:
         provider = _provider(job, max_retries=0)
         # State first: the events read after it include everything up to that state.
@@ -48,13 +67,13 @@ def training_job_poll(*, job_id: int) -> str:
         metrics, after = provider.metrics(
             remote_job_id=job.remote_job_id, after_step=job.metric_cursor
         )
+        fields = _poll_fields(job, state=state, events=events)
     except EndpointStopped as exc:
         _fail(job, str(exc))
         return "failed"
     except ProviderError as exc:
         return _poll_failed(job, exc)
     _store_events(job, events + metrics)
-    fields = _poll_fields(job, state=state, events=events)
     fields.update(event_cursor=cursor, metric_cursor=after)
     TrainingJob.objects.filter(id=job.id).exclude(status__in=TrainingJob.TERMINAL).update(**fields)
     return str(fields.get("status", job.status))
@@ -78,7 +97,8 @@ def _poll_failed(job: TrainingJob, exc: ProviderError) -> str:
 
 
 def _poll_fields(job: TrainingJob, *, state: RemoteState, events: list[RemoteEvent]) -> dict:
-    """The job's fields after a poll that read `state` and `events`."""
+    """The job's fields after a poll that read `state` and `events` (ProviderError: an event
+    names an unusable model)."""
     now = timezone.now()
     status = state.status
     model = state.fine_tuned_model
@@ -86,7 +106,7 @@ def _poll_fields(job: TrainingJob, *, state: RemoteState, events: list[RemoteEve
         ended = terminal_event_status(event)
         if ended and status not in TrainingJob.TERMINAL:
             status = ended
-        model = model or clean_text(event.data.get("fine_tuned_model"), limit=300)
+        model = model or model_id(event.data.get("fine_tuned_model"), "the provider's event")
     fields: dict = {"remote_status": state.remote_status, "polled_at": now, "poll_failures": 0}
     if model:
         fields["fine_tuned_model"] = model
@@ -174,21 +194,13 @@ def _poll_due(lease: dt.timedelta, token: str) -> int:
     polled = 0
     for job_id in ids:
         _lease_renew(token, lease)
-        # Claim this round's poll until past its longest (the poll dates it when it ends): a
-        # second worker never asks the same hung provider meanwhile.
-        if (
-            TrainingJob.objects.filter(id=job_id)
-            .filter(Q(polled_at__isnull=True) | Q(polled_at__lt=due))
-            .update(polled_at=timezone.now() + lease)
-            == 1
-        ):
-            try:
-                training_job_poll(job_id=job_id)
-            except Exception:
-                # One broken job must not stop the others being followed.
-                logger.exception("training job %s: poll failed", job_id)
-                TrainingJob.objects.filter(id=job_id).update(polled_at=timezone.now())
-            polled += 1
+        try:
+            outcome = training_job_poll(job_id=job_id, due=due)
+        except Exception:
+            # One broken job must not stop the others being followed.
+            logger.exception("training job %s: poll failed", job_id)
+            outcome = "failed"
+        polled += outcome not in ("busy", "skipped")
     return polled
 
 

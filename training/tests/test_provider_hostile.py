@@ -7,7 +7,6 @@ sent, stored and said.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import socket
 import threading
@@ -16,7 +15,6 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import transaction
-from django.utils import timezone
 
 from studio.models import Endpoint
 from studio.testing import wait_for_row, wait_until
@@ -477,12 +475,90 @@ def test_a_cancel_the_broker_lost_is_sent_again_by_the_beat_task(
         services.training_job_cancel(job=Job.objects.get(id=job.id))
     broker_switch.up()
     assert synth_server.calls("POST", "/cancel") == []
-    # Within the minute a cancel may still be on its way: not sent twice.
-    assert services.training_cancels_resend() == 0
-    TrainingEvent.objects.filter(job=job, type="studio.cancel_requested").update(
-        time=timezone.now() - dt.timedelta(minutes=2)
-    )
+    # The row says no cancel is on its way (the broker refused it): the next tick sends it,
+    # and the one after does not send it twice.
     assert services.training_cancels_resend() == 1
+    assert services.training_cancels_resend() == 0
     wait_until(lambda: synth_server.calls("POST", "/cancel"), timeout=30, what="the cancel")
     job = wait_for_row(job, statuses=("canceled",), timeout=30)
     assert services.training_cancels_resend() == 0
+
+
+@pytest.mark.parametrize("provider", ["synth", "openai"])
+def test_a_status_that_is_no_status_counts_as_a_failed_poll(
+    request, train_version, settings, provider
+):
+    settings.STUDIO_TRAINING_POLL_FAILURES = 2
+    server = request.getfixturevalue(f"{provider}_server")
+    server.script = [Tick({"x": 1})]
+    job = submitted(server, train_version, provider=provider)
+    assert poll(job) == "retry"
+    assert (job.status, job.poll_failures) == ("submitted", 1)
+    assert poll(job) == "failed"
+    assert "unusable status: {'x': 1}" in job.error
+    assert len(job.error.splitlines()) == 1
+
+
+HOSTILE_MODEL = "ft:model\x1b]0;PWNED\x07"
+COMPLETED_NAMING_IT = ("sft.completed", "done", {"fine_tuned_model": HOSTILE_MODEL})
+
+
+@pytest.mark.parametrize(
+    ("provider", "tick"),
+    [
+        ("synth", Tick("succeeded", [], fine_tuned_model=HOSTILE_MODEL)),
+        ("synth", Tick("running", [COMPLETED_NAMING_IT])),
+        ("openai", Tick("succeeded", [], fine_tuned_model=HOSTILE_MODEL)),
+    ],
+    ids=["synth-status", "synth-event", "openai-status"],
+)
+def test_a_model_id_with_control_characters_is_refused(
+    request, train_version, settings, provider, tick
+):
+    settings.STUDIO_TRAINING_POLL_FAILURES = 2
+    server = request.getfixturevalue(f"{provider}_server")
+    server.script = [tick]
+    job = submitted(server, train_version, provider=provider)
+    assert poll(job) == "retry"
+    assert (job.status, job.fine_tuned_model, job.poll_failures) == ("submitted", "", 1)
+    assert poll(job) == "failed"
+    assert job.fine_tuned_model == ""
+    assert "unusable model id: 'ft:model\\x1b]0;PWNED\\x07'" in job.error
+    assert "\x1b" not in job.error and "\x07" not in job.error
+
+
+def test_an_upload_whose_answer_dribbles_is_cut_at_a_deadline_of_its_size(
+    synth_server, train_version, settings
+):
+    settings.STUDIO_TRAINING_CALL_SECONDS = 1
+    settings.STUDIO_TRAINING_MAX_RETRIES = 0
+
+    def dribble(handler, method: str, path: str) -> bool:
+        if method != "POST" or not path.endswith("/learning/files"):
+            return False
+        body = json.dumps({"id": "file-dribbled"}).encode()
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"X-Padding: {'x' * 60}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        try:
+            for byte in head:  # about 30 s before the answer's body can begin
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(0.25)
+            handler.wfile.write(body)
+        except OSError:
+            pass
+        return True
+
+    synth_server.override = dribble
+    job = make_job(synth_server, train_version, provider="synth")
+    started = time.monotonic()
+    assert services.training_job_submit(job_id=job.id) == "retry"
+    took = time.monotonic() - started
+    uploaded = synth_server.calls("POST", "/learning/files")[0]["bytes"]
+    # 1 s (the call's deadline) and the file at 128 KiB/s, not STUDIO_TRAINING_UPLOAD_SECONDS.
+    assert uploaded < 400_000
+    assert took < 1 + uploaded / (128 * 1024) + 3
+    job.refresh_from_db()
+    assert job.remote_training_file_id == "" and "took longer than" in job.error
