@@ -178,11 +178,11 @@ class JobKind:
         ones, up to where the broker failed: the requeue sends the rest)."""
         return queue.resend(self.model, self.task, ids)
 
-    def send(self, task: str, pk: int) -> bool:
-        """Send another task about one row (a cancel), through the same path as `enqueue`:
-        False, logged, when the broker cannot be reached. No `enqueued_at`: that dates the
-        row's own task."""
-        return queue.send(task, pk)
+    def send(self, task: str, pk: int, *args: Any) -> bool:
+        """Send another task about one row (a cancel, with its claim's token in `args`),
+        through the same path as `enqueue`: False, logged, when the broker cannot be
+        reached. No `enqueued_at`: that dates the row's own task."""
+        return queue.send(task, pk, *args)
 
     def to_resend(self, *, broker_lost: bool = False) -> list[int]:
         """The rows the periodic requeue sends again: whose worker died (a stale heartbeat),

@@ -56,6 +56,13 @@ class TrainingJob(ClaimedJob):
     # Its own states (a remote job has more than "running"): the claimed one is UPLOADING.
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     cancel_requested = models.BooleanField(default=False)
+    # The one cancel of this job under way (asked for however often): its token, sent with
+    # its task, and until when it is presumed queued or running; past a provider that was
+    # down, until when it waits (`cancel_tries` of them, backing off) before the beat task
+    # sends it again.
+    cancel_token = models.CharField(max_length=32, blank=True)
+    cancel_held_until = models.DateTimeField(null=True, blank=True)
+    cancel_tries = models.PositiveSmallIntegerField(default=0)
 
     # What was uploaded: the version's rows in the provider's format, and their sha256.
     training_file_sha256 = models.CharField(max_length=64, blank=True)

@@ -50,9 +50,8 @@ def training_jobs_poll() -> int:
     return services.training_jobs_poll_active()
 
 
-@shared_task(bind=True, acks_late=True, time_limit=300, max_retries=5)
-def training_job_cancel(self, job_id: int) -> str:
-    outcome = services.training_job_cancel_remote(job_id=job_id)
-    if outcome == "retry":
-        raise self.retry(countdown=30)
-    return outcome
+@shared_task(acks_late=True, time_limit=600)
+def training_job_cancel(job_id: int, token: str = "") -> str:
+    # Never retried by a countdown of its own: a provider that was down is tried again by the
+    # beat task once the back-off the row holds has passed, so one cancel is under way.
+    return services.training_job_cancel_remote(job_id=job_id, token=token)
