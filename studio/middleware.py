@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
 
-from studio.login_throttle import login_address, login_wait_seconds
+from studio.login_throttle import login_address, login_attempt_begin, login_attempt_end
 
 
 def reject_nul_bytes(get_response: Callable[[HttpRequest], HttpResponse]):
@@ -36,30 +36,38 @@ def reject_nul_bytes(get_response: Callable[[HttpRequest], HttpResponse]):
 def throttle_logins(get_response: Callable[[HttpRequest], HttpResponse]):
     """429 for a login attempt while its username or address has failed too often.
 
-    Both doors: the studio's login page and the admin's. Failures are counted by the
-    `user_login_failed` signal (`studio.login_throttle`), whichever form sent them.
+    Both doors: the studio's login page and the admin's. The attempt is counted here,
+    before the form checks its password (`studio.login_throttle`), so that tries sent at
+    once are counted as they come, not after they all got through.
     """
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        if request.method == "POST" and request.path in _login_paths():
-            wait = login_wait_seconds(
-                username=request.POST.get("username", ""), address=login_address(request)
+        if request.method != "POST" or request.path not in _login_paths():
+            return get_response(request)
+        attempt = login_attempt_begin(
+            username=request.POST.get("username", ""), address=login_address(request)
+        )
+        if attempt.wait_seconds:
+            wait = attempt.wait_seconds
+            minutes = max(1, round(wait / 60))
+            message = (
+                f"Too many failed logins for this user or from this address; "
+                f"try again in {minutes} minute{'s' if minutes != 1 else ''}."
             )
-            if wait:
-                minutes = max(1, round(wait / 60))
-                message = (
-                    f"Too many failed logins for this user or from this address; "
-                    f"try again in {minutes} minute{'s' if minutes != 1 else ''}."
-                )
-                response = render(
-                    request,
-                    "registration/login.html",
-                    {"form": AuthenticationForm(request), "throttled": message},
-                    status=429,
-                )
-                response["Retry-After"] = str(wait)
-                return response
-        return get_response(request)
+            response = render(
+                request,
+                "registration/login.html",
+                {"form": AuthenticationForm(request), "throttled": message},
+                status=429,
+            )
+            response["Retry-After"] = str(wait)
+            return response
+        # The auth signals mark on it whether the password was checked, and how it went.
+        request.login_attempt = attempt  # type: ignore[attr-defined]
+        try:
+            return get_response(request)
+        finally:
+            login_attempt_end(attempt)
 
     return middleware
 

@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.toml_shape import MAX_NESTING, toml_shape_problem
+
 REFERENCE_PATH = Path(__file__).resolve().parent / "configs" / "crafter_vlm_gpt4o.toml"
 MAX_TOML_CHARS = 64 * 1024
-# Arrays and inline tables inside one another; the reference needs three. tomllib reads
-# nesting by recursion: 400 levels of `{b = ` (2.4 KB) were a RecursionError, a 500 on
-# the page, and 400 levels of `[` a structure too deep for what reads the config next.
-MAX_NESTING = 32
 
 
 @dataclass(frozen=True)
@@ -151,6 +149,7 @@ def reference_text() -> str:
 
 
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\" ]+?)\s*\]\s*(#.*)?$")
+_QUOTED_OR_COMMENT = re.compile(r""""[^"]*"?|'[^']*'?|#.*""")
 _KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*=")
 
 
@@ -184,60 +183,11 @@ def _key_lines(text: str) -> dict[tuple[str, str], int]:
 
 
 def _bracket_balance(line: str) -> int:
-    balance, quote = 0, ""
-    for char in line:
-        if quote:
-            if char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char == "#":
-            break
-        elif char in "[{":
-            balance += 1
-        elif char in "]}":
-            balance -= 1
     # A header line `[x]` balances itself; only unclosed brackets carry to the next line.
-    return balance
-
-
-def _nesting_too_deep(text: str) -> int | None:
-    """The line where arrays and inline tables first nest deeper than MAX_NESTING, or None.
-
-    Brackets count outside strings and comments (a string may hold any number of them);
-    a table header's own one or two open and close on its line. Malformed TOML is left for
-    tomllib to name.
-    """
-    depth, line, i, end = 0, 1, 0, len(text)
-    while i < end:
-        char = text[i]
-        if char == "\n":
-            line += 1
-        elif char == "#":
-            newline = text.find("\n", i)
-            i = end if newline < 0 else newline
-            continue
-        elif char in "\"'":
-            quote = char * 3 if text.startswith(char * 3, i) else char
-            i += len(quote)
-            while i < end and not text.startswith(quote, i):
-                if text[i] == "\\" and char == '"':
-                    i += 1  # the escaped character, a line's end included
-                if text[i : i + 1] == "\n":
-                    line += 1
-                    if len(quote) == 1:  # an unclosed one-line string: tomllib's to say
-                        break
-                i += 1
-            i += len(quote)
-            continue
-        elif char in "[{":
-            depth += 1
-            if depth > MAX_NESTING:
-                return line
-        elif char in "]}":
-            depth = max(depth - 1, 0)
-        i += 1
-    return None
+    # Strings and the comment go first, inside the regex engine: a loop over every
+    # character was most of the time a 64 KB config took.
+    code = _QUOTED_OR_COMMENT.sub("", line)
+    return code.count("[") + code.count("{") - code.count("]") - code.count("}")
 
 
 def _did_you_mean(word: str, options: list[str]) -> str:
@@ -383,11 +333,9 @@ def config_load(
     """
     if len(text) > MAX_TOML_CHARS:
         raise ConfigError([ConfigIssue("", "", None, f"longer than {MAX_TOML_CHARS} characters")])
-    too_deep = _nesting_too_deep(text)
-    if too_deep is not None:
-        raise ConfigError(
-            [ConfigIssue("", "", too_deep, f"nesting deeper than {MAX_NESTING} levels")]
-        )
+    shape = toml_shape_problem(text)
+    if shape is not None:
+        raise ConfigError([ConfigIssue("", "", shape.line, shape.message)])
     try:
         raw = tomllib.loads(text)
     except RecursionError:
