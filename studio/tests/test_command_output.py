@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 from django.apps import apps
-from django.core.management import get_commands
+from django.core.management import get_commands, load_command_class
 
 from curation.models import Dataset, DatasetVersion
 from rollouts.management.commands.demo_setup import DEMO_BATCH_NAME
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
+from studio.commands import StudioCommand
 from studio.testing import manage, run_command, subprocess_env
 from training.models import TrainingEvent, TrainingJob
 
@@ -233,6 +234,17 @@ def project_commands() -> set[str]:
 
 def test_every_command_has_a_case():
     assert project_commands() == set(CASES)
+
+
+def test_every_command_prints_through_the_one_writer():
+    """StudioCommand's stdout and stderr are where the escaping happens."""
+    commands = get_commands()
+    plain = [
+        name
+        for name in project_commands()
+        if not isinstance(load_command_class(commands[name], name), StudioCommand)
+    ]
+    assert plain == []
 
 
 @pytest.mark.parametrize("command", sorted(CASES))
