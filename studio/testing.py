@@ -8,6 +8,8 @@ imports nothing but `studio`, as every app may import `studio`.
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -177,6 +180,34 @@ def run_python(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`python manage.py ...` in a child process, waited for."""
     return run_python("manage.py", *args, env=env)
+
+
+@dataclass
+class CommandOutcome:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def summary(self) -> dict:
+        """The JSON object a command prints last."""
+        return json.loads(self.stdout.strip().splitlines()[-1])
+
+
+def run_command(name: str, *args: str) -> CommandOutcome:
+    """A management command run in this process as from a shell: its exit status, stdout and
+    stderr, its errors printed as the command prints them (not raised)."""
+    from django.core.management import call_command, get_commands, load_command_class
+
+    out, err = io.StringIO(), io.StringIO()
+    command = type(load_command_class(get_commands()[name], name))(stdout=out, stderr=err)
+    command._called_from_command_line = True
+    try:
+        call_command(command, *args, stdout=out, stderr=err)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return CommandOutcome(code, out.getvalue(), err.getvalue())
 
 
 # --- the Celery worker ---------------------------------------------------------------------

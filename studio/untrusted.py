@@ -14,7 +14,7 @@ from dataclasses import dataclass
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # What a terminal obeys instead of showing: C0 (ESC starts `ESC[2J`, an OSC title), DEL, C1.
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
-_CONTROLS_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 REPLACEMENT = "\ufffd"
 
 
@@ -56,6 +56,7 @@ def storable(value: str, *, max_bytes: int) -> str:
 
 def terminal_safe(text: str, *, keep_lines: bool = False) -> str:
     """Text from outside as a terminal or a log shows it: every control character escaped
-    (`\\x1b`), so none clears the screen, retitles the window or rewrites a line."""
-    pattern = _CONTROLS_BUT_LINES if keep_lines else _CONTROLS
+    (`\\x1b`), so none clears the screen, retitles the window or rewrites a line; with
+    `keep_lines`, a newline still ends a line (a carriage return or a tab is escaped too)."""
+    pattern = _CONTROLS_BUT_NEWLINE if keep_lines else _CONTROLS
     return pattern.sub(lambda match: f"\\x{ord(match.group()):02x}", text)

@@ -146,4 +146,4 @@ def test_the_commands_refuse_numbers_past_what_the_database_holds_in_one_line(wo
     ):
         outcome = run("export_jsonl", "--output", str(tmp_path / "out.jsonl"), *args)
         assert outcome.code == 2, args
-        assert outcome.stderr.strip().splitlines() == [f"CommandError: {message}"]
+        assert outcome.stderr.strip().splitlines() == [f"export_jsonl: error: {message}"]

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 
 from rollouts.models import RolloutBatch
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
+from studio.testing import CommandOutcome, run_command
 
 
 def record(*, seeds: tuple[int, ...] = (1, 2, 3), steps: int = 30, **kwargs) -> RolloutBatch:
@@ -28,29 +26,9 @@ def scripted_batch(db) -> RolloutBatch:
     return record()
 
 
-@dataclass
-class Outcome:
-    code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def summary(self) -> dict:
-        return json.loads(self.stdout.strip().splitlines()[-1])
-
-
-def run(name: str, *args: str) -> Outcome:
-    """Run a management command as from a shell: exit status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command(name, *args, stdout=out, stderr=err)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    except Exception as exc:  # CommandError outside of run_from_argv: report like the CLI
-        code = int(getattr(exc, "returncode", 1))
-        err.write(f"{type(exc).__name__}: {exc}\n")
-    return Outcome(code, out.getvalue(), err.getvalue())
+# Commands run as from a shell, here; `run` and `Outcome` are what these tests call them.
+run = run_command
+Outcome = CommandOutcome
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -36,7 +36,7 @@ def test_export_jsonl_refuses_an_existing_output_with_one_line_and_exit_2(db, fo
     done = manage("export_jsonl", "--output", str(out), "--allow-empty", env=subprocess_env())
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"CommandError: output: {str(out)!r} already exists; pass --force to overwrite it"
+        f"export_jsonl: error: output: {str(out)!r} already exists; pass --force to overwrite it"
     ]
     assert done.stdout == ""
     assert out.read_text() == "last week's export\n"
@@ -80,7 +80,7 @@ def test_export_hf_refuses_a_folder_that_holds_something_and_force_replaces_it(d
     refused = manage("export_hf", "--output", str(old), env=subprocess_env())
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
-        f"CommandError: output: {str(old)!r} exists and is not an empty directory; "
+        f"export_hf: error: output: {str(old)!r} exists and is not an empty directory; "
         "pass --force to replace it"
     ]
     assert _files(old) == {"notes.txt": b"mine\n"}

@@ -173,7 +173,9 @@ def test_it_refuses_a_broken_file_naming_every_line_and_imports_nothing(db, tmp_
     result = run("import_jsonl", str(_write(tmp_path / "broken.jsonl", rows)))
     assert result.code == 1
     errors = result.stderr.strip().splitlines()
-    assert [e.split(":", 1)[0] for e in errors[:-1]] == [f"line {n}" for n in range(2, 10)]
+    assert [e.removeprefix("import_jsonl: error: ").split(":", 1)[0] for e in errors[:-1]] == [
+        f"line {n}" for n in range(2, 10)
+    ]
     assert "not JSON" in errors[0]
     assert "role 'wizard'" in errors[1]
     assert "not valid base64" in errors[2]

@@ -97,7 +97,7 @@ def test_it_refuses_each_hostile_line_with_its_line_number(case, tmp_path, setti
     result = run("import_jsonl", str(path))
     assert result.code == 1, result.stderr
     first, *_ = result.stderr.splitlines()
-    assert first.startswith("line 2: ") and expected in first, first
+    assert first.startswith("import_jsonl: error: line 2: ") and expected in first, first
     assert "Traceback" not in result.stderr and len(first) < 400
     assert "1 error(s) in the file, nothing imported" in result.stderr
     assert _counts() == before
@@ -109,7 +109,7 @@ def test_it_reports_every_hostile_line_of_one_file(tmp_path):
     result = run("import_jsonl", str(_write(tmp_path / "all.jsonl", lines)))
     assert result.code == 1
     errors = result.stderr.splitlines()
-    assert [e.split(":", 1)[0] for e in errors[:-1]] == [
+    assert [e.removeprefix("import_jsonl: error: ").split(":", 1)[0] for e in errors[:-1]] == [
         f"line {n}" for n in range(2, len(lines) + 1)
     ]
     for error, (_, expected) in zip(errors, HOSTILE_LINES.values(), strict=False):
@@ -130,7 +130,10 @@ def test_it_refuses_an_over_long_line_while_reading_it(tmp_path, settings):
     finally:
         tracemalloc.stop()
     assert result.code == 1
-    assert result.stderr.splitlines()[0] == "line 2: line longer than 1048576 bytes"
+    assert (
+        result.stderr.splitlines()[0]
+        == "import_jsonl: error: line 2: line longer than 1048576 bytes"
+    )
     assert peak < 4 * 1024 * 1024, peak
 
 
@@ -142,8 +145,8 @@ def test_it_refuses_a_file_whose_turns_are_already_here_or_skips_them(scripted_b
     assert refused.code == 1
     first_episode = scripted_batch.episodes.order_by("seed").first()
     assert refused.stderr.splitlines()[0] == (
-        f"line 1: turn 0 of episode {first_episode.id} (batch {scripted_batch.id}) "
-        "is already in the studio"
+        f"import_jsonl: error: line 1: turn 0 of episode {first_episode.id} "
+        f"(batch {scripted_batch.id}) is already in the studio"
     )
     assert _counts() == before
     # One new row beside the 90 known ones: with the flag, only it is imported.
@@ -176,7 +179,7 @@ def test_it_leaves_no_frame_file_behind_when_storage_fails_midway(tmp_path, sett
     before = _counts()
     result = run("import_jsonl", str(path))
     assert result.code == 1
-    assert result.stderr.startswith("storage refused a frame: "), result.stderr
+    assert result.stderr.startswith("import_jsonl: error: storage refused a frame: "), result.stderr
     assert "Traceback" not in result.stderr
     assert _counts() == before
     assert not (media / frame_name(shas[first])).exists()
@@ -240,8 +243,9 @@ def test_it_refuses_the_same_file_twice_whatever_its_format(tmp_path):
     again = run("import_jsonl", str(path))
     assert again.code == 1
     assert again.stderr.splitlines()[0] == (
-        f"this file was imported already (batch {first.summary['batch_id']}); import with "
-        "--skip-existing (or tick 'Skip turns already here') to leave known turns out"
+        "import_jsonl: error: this file was imported already "
+        f"(batch {first.summary['batch_id']}); import with --skip-existing "
+        "(or tick 'Skip turns already here') to leave known turns out"
     )
     skipped = run("import_jsonl", str(path), "--skip-existing")
     assert skipped.code == 1 and "all 2 lines are turns already in the studio" in skipped.stderr

@@ -127,7 +127,9 @@ def test_it_says_what_is_wrong_with_an_image_without_object_reprs(editor_client,
     result = run("import_jsonl", str(path))
     assert result.code == 1
     first = result.stderr.splitlines()[0]
-    assert first.startswith("line 1: message 1 part 2: image cannot be decoded")
+    assert first.startswith(
+        "import_jsonl: error: line 1: message 1 part 2: image cannot be decoded"
+    )
     assert "object at" not in first and "0x" not in first, first
 
 

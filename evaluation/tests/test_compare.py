@@ -109,13 +109,16 @@ def test_batches_sharing_no_seed_exit_2_with_one_line(transactional_db):
     result = manage("compare_batches", str(one.id), str(two.id), "--json", env=env)
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr.strip() == f"CommandError: batches {one.id} and {two.id} share no seed"
+    assert (
+        result.stderr.strip()
+        == f"compare_batches: error: batches {one.id} and {two.id} share no seed"
+    )
     result = manage("compare_batches", str(one.id), "999999", env=env)
     assert result.returncode == 2
-    assert result.stderr.strip() == "CommandError: there is no batch 999999"
+    assert result.stderr.strip() == "compare_batches: error: there is no batch 999999"
     result = manage("compare_batches", str(one.id), env=env)
     assert result.returncode == 2
-    assert result.stderr.strip() == "CommandError: compare at least two batches"
+    assert result.stderr.strip() == "compare_batches: error: compare at least two batches"
 
 
 def test_the_page_shows_the_table_chart_and_seed_links(viewer_client, two_batches):

@@ -195,3 +195,22 @@ def test_per_episode_passes_over_frames_it_cannot_read_for_others(batch):
     )
     assert len(steps) == 8 and all(step >= 30 for step in steps)
     assert probe_set.frames_count == 3 * 8
+
+
+def test_a_share_under_one_percent_reads_as_under_one_percent_whatever_the_total():
+    from types import SimpleNamespace
+
+    from probes.management.commands.probe_set import distribution_lines
+
+    def shares(**answers: int) -> str:
+        probe_set = SimpleNamespace(kinds=["k"], answers={"k": answers}, balanced=False)
+        (line,) = distribution_lines(probe_set)
+        return line.split("answers ", 1)[1]
+
+    warned = " (warning: one answer is right >99% of the time; --balance evens it)"
+    # 1 of 200 is 0.5% and 1 of 800 is 0.125%: both under 1%, neither none; 199 of 200 is
+    # 99.5%, not all.
+    assert shares(a=199, b=1) == "a >99%, b <1%" + warned
+    assert shares(a=799, b=1) == "a >99%, b <1%" + warned
+    assert shares(a=99, b=1) == "a 99%, b 1%" + warned.replace(">99%", "99%")
+    assert shares(a=150, b=50) == "a 75%, b 25%"

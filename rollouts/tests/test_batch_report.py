@@ -1,11 +1,13 @@
 import json
 import math
+from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
 
 from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.game.scoring import crafter_score, score_percent, score_text, success_rates
+from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
 from studio.testing import manage, subprocess_env
 
@@ -134,4 +136,35 @@ def test_it_reports_success_rates_as_json_and_as_a_table(capsys):
 def test_it_refuses_an_unknown_batch(transactional_db):
     result = manage("batch_report", "999999", env=subprocess_env())
     assert result.returncode == 2
-    assert result.stderr.strip() == "CommandError: there is no batch 999999"
+    assert result.stderr.strip() == "batch_report: error: there is no batch 999999"
+
+
+@pytest.mark.django_db
+def test_its_json_counts_every_call_its_tokens_and_spend(chat_server, chat_endpoint, capsys):
+    chat_endpoint.input_price_per_million = Decimal("2.00")
+    chat_endpoint.output_price_per_million = Decimal("10.00")
+    chat_endpoint.save()
+    # The first request fails (and is asked again); every answer bills 1,000 prompt and 50
+    # completion tokens.
+    chat_server.script(replies.status(500))
+    chat_server.default = replies.Reply(
+        tool_calls=[(replies.TOOL_NAME, '{"actions": ["noop"]}')], usage=(1_000, 50)
+    )
+    batch = record_batch(
+        policy="openai",
+        model="test-vlm",
+        endpoint=chat_endpoint.name,
+        base_url=chat_endpoint.base_url,
+        seeds=(0, 1),
+        steps=3,
+    )
+    assert len(chat_server.requests) == 7  # the server's own count: 6 turns, one asked twice
+    call_command("batch_report", str(batch.id), "--json")
+    report = json.loads(capsys.readouterr().out)
+    # By hand: 6 turns called the model, one of them twice (a retry): 6 + 1 = 7 requests;
+    # 6 answers x 1,000 and x 50 tokens; spend 6 x (1,000 x $2 + 50 x $10) / 1,000,000
+    # = 6 x $0.0025 = $0.015.
+    assert (report["model_calls"], report["model_retries"]) == (6, 1)
+    assert (report["prompt_tokens"], report["completion_tokens"]) == (6_000, 300)
+    assert report["spend"] == 0.015
+    assert (report["model"], report["episodes"], report["finished"]) == ("test-vlm", 2, 2)

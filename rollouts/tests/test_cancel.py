@@ -85,7 +85,7 @@ def test_rollout_cancel_of_no_batch_is_one_line_and_exit_2(transactional_db):
     done = manage("rollout", "--cancel", "987654", env=subprocess_env())
     assert done.returncode == 2
     # One line, as every command's usage errors (`--resume` of no batch says the same).
-    assert done.stderr.strip().splitlines() == ["CommandError: cancel: there is no batch 987654"]
+    assert done.stderr.strip().splitlines() == ["rollout: error: cancel: there is no batch 987654"]
     assert done.stdout == ""
 
 

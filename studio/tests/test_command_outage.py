@@ -30,6 +30,6 @@ def test_a_command_without_its_database_says_so_in_one_line(args):
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("CommandError: the database or the task queue is unreachable (")
+    assert lines[0].startswith(f"{args[0]}: error: the database or the task queue is unreachable (")
     assert "run it again once it is back" in lines[0]
     assert "Traceback" not in done.stderr

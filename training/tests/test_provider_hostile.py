@@ -438,7 +438,8 @@ def test_escapes_from_a_provider_never_reach_the_terminal(
     )
     assert outcome.code == 1
     assert "clear\\x1b[2Jtitle\\x1b]0;pwned\\x07end\\x9b" in outcome.stderr
-    assert "error: boom\\x1b[31m" in outcome.stderr
+    assert "submit_training: error: training job" in outcome.stderr
+    assert "failed: boom\\x1b[31m" in outcome.stderr
     for control in ("\x1b", "\x07", "\x9b"):
         assert control not in outcome.stderr + outcome.stdout
     # Stored as the provider sent it (escaped when shown): the page escapes HTML itself.

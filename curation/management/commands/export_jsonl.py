@@ -80,9 +80,8 @@ class Command(StudioCommand):
                     progress=lambda done: bar.update(done - bar.n),
                 )
         except ExportRefused as exc:
-            for line in exc.lines():
-                self.stderr.write(line)
-            raise CommandError(f"{exc}; nothing written", returncode=1) from exc
+            lines = [*exc.lines(), f"{exc}; nothing written"]
+            raise CommandError("\n".join(lines), returncode=1) from exc
         except ExportEmpty as exc:
             raise CommandError(f"{exc}; nothing written", returncode=1) from exc
         for warning in result.warnings():

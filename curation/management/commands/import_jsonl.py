@@ -52,7 +52,5 @@ class Command(StudioCommand):
                     on_written=lambda done: writing.update(done - writing.n),
                 )
         except ImportFailed as exc:
-            for line in exc.errors:
-                self.stderr.write(line)
-            raise CommandError(str(exc), returncode=1) from exc
+            raise CommandError("\n".join([*exc.errors, str(exc)]), returncode=1) from exc
         self.stdout.write(json.dumps(summary))

@@ -100,9 +100,8 @@ def distribution_lines(probe_set) -> list[str]:
         line = f"{kind}: {total:,} questions; answers {shares}"
         top = max(answers.values())
         if top >= DOMINANT_SHARE * total:
-            line += (
-                f" (warning: one answer is right {top / total:.0%} of the time; --balance evens it)"
-            )
+            share = _share(top, total)
+            line += f" (warning: one answer is right {share} of the time; --balance evens it)"
         lines.append(line)
     return lines
 
@@ -123,5 +122,10 @@ def probe_set_summary(probe_set) -> dict[str, Any]:
 
 
 def _share(n: int, total: int) -> str:
-    share = n / total
-    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"
+    """A share in whole percent that never reads as none or all when it is neither: 1 of 200
+    is "<1%" (not "0%"), 199 of 200 ">99%" (not "100%")."""
+    if 0 < n < total / 100:
+        return "<1%"
+    if total - total / 100 < n < total:
+        return ">99%"
+    return f"{n / total:.0%}"

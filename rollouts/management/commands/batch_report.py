@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from rollouts import selectors
-from rollouts.game.scoring import SCORE_UNIT, crafter_score, score_percent, score_text
+from rollouts.game.scoring import SCORE_UNIT, score_text
 from rollouts.models import RolloutBatch
 from studio.commands import StudioCommand, usage_error
 
@@ -27,16 +27,12 @@ class Command(StudioCommand):
             raise usage_error(f"there is no batch {options['batch_id']}")
         rates = selectors.batch_success_rates(batch_id=batch.id)
         summary = selectors.batch_summary(batch=batch)
+        # `rollout`'s summary line, every counter and the spend as it has them, plus the rates.
         report = {
-            "batch_id": batch.id,
+            **summary,
             "policy": batch.policy,
             "model": batch.model,
-            "episodes": summary["episodes"],
-            "finished": summary["finished"],
-            "failed": summary["failed"],
-            "canceled": summary["canceled"],
             "success_rates": {k: round(v, 2) for k, v in rates.items()},
-            "crafter_score": score_percent(crafter_score(rates)),
         }
         if options["json"]:
             self.stdout.write(json.dumps(report))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
@@ -85,7 +84,7 @@ class Command(RolloutCommand):
         except (services_fork.ForkError, SettingsError) as exc:
             raise usage_error(str(exc)) from exc
         if human and episode.status == Episode.Status.RUNNING:
-            sys.stderr.write(f"play it at /play/{episode.id}/\n")
+            self.stderr.write(f"play it at /play/{episode.id}/")
         elif human:
             pass  # its replay failed; the error is below
         elif options["inline"]:

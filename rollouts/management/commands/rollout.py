@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 
@@ -22,7 +21,7 @@ from rollouts.rollout_settings import (
     add_cli_arguments,
     settings_from_cli,
 )
-from studio.commands import StudioCommand, progress_bar, usage_error
+from studio.commands import StudioCommand, beside_progress_bars, progress_bar, usage_error
 from studio.endpoints import (
     EndpointError,
     endpoint_check_model,
@@ -199,7 +198,12 @@ class Command(StudioCommand):
         down is said in one line when it starts and one when it ends, and following goes on:
         the workers wait it out too (their episodes resume, none fails for it)."""
         bar = progress_bar(total=batch.episodes_total, desc=f"batch {batch.id}", unit="episode")
-        outage = _Outages(say=lambda line: bar.write(line, file=sys.stderr))
+
+        def say(line: str) -> None:
+            with beside_progress_bars():
+                self.stderr.write(line)
+
+        outage = _Outages(say=say)
         with bar:
             while True:
                 counts = outage.read(selectors.batch_episode_counts, batch_id=batch.id)

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
+from django.core.management.base import CommandError
 
 from curation import services as dataset_services
 from curation.models import Dataset
-from studio.commands import StudioCommand
+from studio.commands import StudioCommand, usage_error
 from studio.queue import QUEUE_UNREACHABLE
-from studio.untrusted import terminal_safe
 from training import selectors, services
 from training.config import ConfigError, config_load
 from training.models import TrainingJob
@@ -52,10 +51,9 @@ class Command(StudioCommand):
         parser.add_argument("--dry-run", action="store_true", help="print the requests only")
         parser.add_argument("--wait", action="store_true", help="follow the job to its end")
 
-    def _refuse(self, lines: list[str]) -> None:
-        for line in lines:
-            self.stderr.write(f"submit_training: error: {line}")
-        sys.exit(2)
+    @staticmethod
+    def _refuse(lines: list[str]) -> NoReturn:
+        raise usage_error("\n".join(lines))
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["config"])
@@ -108,7 +106,8 @@ class Command(StudioCommand):
             job = self._follow(job)
         self.stdout.write(json.dumps(selectors.job_summary(job)))
         if options["wait"] and job.status != TrainingJob.Status.SUCCEEDED:
-            sys.exit(1)
+            reason = f": {job.error}" if job.error else ""
+            raise CommandError(f"training job {job.id} {job.status}{reason}", returncode=1)
 
     def _dataset_version(self, dataset_id: int, text: str) -> int:
         dataset = Dataset.objects.filter(id=dataset_id).first()
@@ -127,8 +126,7 @@ class Command(StudioCommand):
         outcome = dataset_services.dataset_version_export(version_id=version.id)
         version.refresh_from_db()
         if outcome != "done":
-            self.stderr.write(f"submit_training: error: export failed: {version.error}")
-            sys.exit(1)
+            raise CommandError(f"export failed: {version.error}", returncode=1)
         return version.id
 
     def _follow(self, job: TrainingJob) -> TrainingJob:
@@ -143,11 +141,10 @@ class Command(StudioCommand):
                 self.stderr.write(f"[job {job.id}] {status}")
             for event in job.events.exclude(id__in=seen).order_by("time", "id"):
                 seen.add(event.id)
-                message = terminal_safe(event.message)
+                # One line an event, so a provider's text cannot pass for a line of ours.
+                message = event.message.replace("\n", "\\n")
                 self.stderr.write(f"  {event.time:%Y-%m-%d %H:%M:%S} {event.level:7} {message}")
             if job.status in TrainingJob.TERMINAL:
-                if job.error:
-                    self.stderr.write(f"error: {terminal_safe(job.error)}")
                 return job
             interval = settings.STUDIO_TRAINING_POLL_SECONDS
             if job.remote_job_id and job.submitted_at and time.monotonic() - last_poll >= interval:
@@ -155,6 +152,6 @@ class Command(StudioCommand):
                 try:
                     services.training_job_poll(job_id=job.id)
                 except ProviderError as exc:
-                    self.stderr.write(f"poll: {terminal_safe(str(exc))}")
+                    self.stderr.write(f"poll: {exc}")
                 continue
             time.sleep(min(1.0, interval))
