@@ -26,6 +26,8 @@ def test_it_compares_two_batches_ticked_in_the_batch_list(studio_page: Page, liv
     page.check(f"#compare-{rand.id}")
     page.click("text=Compare selected")
     expect(page.locator("#shared-seeds")).to_contain_text("2 shared seeds")
+    # The batches were ticked in the Rollouts list: its tab, not the leaderboard's, is lit.
+    expect(page.locator(".topbar nav a[aria-current=page]")).to_have_text("Rollouts")
 
     # The summary table's scores are those of the episodes, counted here from the database.
     for row, batch in enumerate((scripted, rand)):
@@ -47,6 +49,7 @@ def test_it_compares_two_batches_ticked_in_the_batch_list(studio_page: Page, liv
     # A seed's episodes side by side, stepped together with the keyboard.
     page.click("#seed-table a:text-is('2')")
     expect(page.locator("h1")).to_have_text("Seed 2 side by side")
+    expect(page.locator(".topbar nav a[aria-current=page]")).to_have_text("Rollouts")
     frames = page.locator("img.seed-frame")
     expect(frames).to_have_count(2)
     scripted_episode = Episode.objects.get(batch=scripted, seed=2)

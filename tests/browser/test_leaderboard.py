@@ -86,3 +86,50 @@ def test_forks_and_peoples_games_stay_out_of_a_models_row(
 def _fits(page: Page, width: int) -> None:
     """The page does not scroll sideways (the table scrolls in its own box)."""
     assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+# The walkthrough's fine-tuned model and its base: the names that widened the table.
+TUNED_MODEL = "ft:gpt-4o-2024-08-06:studio:crafter:walk1"
+BASE_MODEL = "gpt-4o-2024-08-06"
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_every_column_heading_is_in_view_on_a_desktop_and_reachable_on_a_phone(
+    studio_page: Page, live_server, width: int
+):
+    for model in (TUNED_MODEL, BASE_MODEL):
+        for seeds in ((1, 3, 4), (5, 6, 7)):  # two batches pooled in each model's row
+            batch = RolloutBatch.objects.create(
+                policy="openai",
+                model=model,
+                seeds=list(seeds),
+                status="finished",
+                settings={"observation_mode": "image_text", "history_frames": 0},
+            )
+            Episode.objects.bulk_create(
+                Episode(batch=batch, seed=s, status="finished", achievements={"collect_wood": 1})
+                for s in seeds
+            )
+    record_batch(policy="scripted", seeds=(0, 1), steps=20)
+    _user("ranker", editor=False)
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _log_in_at(page, live_server.url, "/leaderboard/", "ranker")
+    expect(page.locator("#leaderboard tbody tr[data-play=own]")).to_have_count(3)
+    expect(page.locator(".topbar nav a[aria-current=page]")).to_have_text("Leaderboard")
+    _fits(page, width)
+
+    box = page.locator(".table-scroll:has(#leaderboard)")
+    last = page.locator("#leaderboard thead th").last
+    expect(last).to_have_text("Batches pooled")
+    if width >= 1400:
+        # The whole table in its box: no heading cut at the box's edge.
+        sizes = box.evaluate("b => [b.scrollWidth, b.clientWidth]")
+        assert sizes[0] <= sizes[1], f"the table is {sizes[0]} px wide in a {sizes[1]} px box"
+    else:
+        box.evaluate("b => { b.scrollLeft = b.scrollWidth; }")  # a phone scrolls the table
+    inside = box.bounding_box()
+    heading = last.bounding_box()
+    assert heading["x"] + heading["width"] <= inside["x"] + inside["width"] + 1
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"leaderboard-models-{width}.png"), full_page=True)
