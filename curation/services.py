@@ -4,6 +4,7 @@ a version's export."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import shutil
 import tempfile
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from django.core.files import File
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
@@ -372,12 +373,20 @@ def _version_fail(mine: tuple[int, str], error: str) -> None:
     EXPORT.fail(*mine, error)
 
 
+def _studio_tag() -> str:
+    """This studio's database, in a temporary folder's name: two studios on one host (a test
+    run beside another, a demo beside production) number their versions alike, and one must
+    never remove the other's folders as leftovers."""
+    name = str(connection.settings_dict["NAME"])
+    return hashlib.sha256(f"{connection.vendor}:{name}".encode()).hexdigest()[:10]
+
+
 def _hf_temp_prefix(version: DatasetVersion) -> str:
-    return f"studio-hf-v{version.id}-"
+    return f"studio-hf-{_studio_tag()}-v{version.id}-"
 
 
 def _export_temp_prefix(version: DatasetVersion) -> str:
-    return f"studio-export-v{version.id}-"
+    return f"studio-export-{_studio_tag()}-v{version.id}-"
 
 
 def _attempt_leftovers_remove(version: DatasetVersion) -> None:

@@ -43,7 +43,9 @@ def test_the_next_attempt_removes_what_a_killed_export_left_and_exports_whole(ed
     sink.add('{"partial": true}\n' * 1000, episode_id=1, images=0)
     sink.flush()
     sink.fh.close()  # the process is gone: the file stays as it was
-    folder = Path(tempfile.mkdtemp(prefix=f"studio-hf-v{version.id}-"))
+    folder = Path(tempfile.mkdtemp(prefix=services._hf_temp_prefix(version)))
+    # Another studio on this host (another database) numbering its versions alike.
+    neighbour = Path(tempfile.mkdtemp(prefix=f"studio-hf-0123456789-v{version.id}-"))
     (folder / "data.tmp-00000.parquet").write_bytes(b"\0" * 4096)
     archive = f"exports/dataset-{dataset.id}/v{version.number}.hf.zip"
     default_storage.save(archive, ContentFile(b"a partial archive"))
@@ -60,4 +62,6 @@ def test_the_next_attempt_removes_what_a_killed_export_left_and_exports_whole(ed
     assert sorted(p.name for p in target.parent.iterdir()) == expected
     assert version.hf_file.name == archive  # stored under its own name, not a second one
     assert not folder.exists()
+    assert neighbour.exists()
+    neighbour.rmdir()
     assert version.rows == 6 and b"partial" not in target.read_bytes()
