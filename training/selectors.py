@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet
 
 from training.models import TrainingEvent, TrainingJob
 from training.upload_files import ValidationSource, validation_source
@@ -139,20 +139,69 @@ _HAS_LOSS = "(step IS NOT NULL AND (train_loss IS NOT NULL OR validation_loss IS
 def job_loss_series(*, job: TrainingJob, buckets: int = CHART_BUCKETS) -> LossSeries:
     """The job's train and validation loss, downsampled in the database to <= `buckets`
     ranges per series (so at most 2 x `buckets` points are drawn at any size)."""
-    sql = _LOSS_BUCKETS_SQL.format(table=TrainingEvent._meta.db_table, has_loss=_HAS_LOSS)
+    if connection.vendor == "postgresql":
+        rows = _loss_buckets_postgresql(job, buckets)
+    else:  # the SQLite demo: no LATERAL, no generate_series
+        rows = _loss_buckets_grouped(job, buckets)
     train: list[LossBucket] = []
     validation: list[LossBucket] = []
+    for first, stop, t_lo, t_hi, t_n, v_lo, v_hi, v_n in rows:
+        if t_n:
+            train.append(LossBucket(first, stop, t_lo, t_hi, t_n))
+        if v_n:
+            validation.append(LossBucket(first, stop, v_lo, v_hi, v_n))
+    return LossSeries(train=train, validation=validation)
+
+
+def _loss_buckets_postgresql(job: TrainingJob, buckets: int) -> list[tuple]:
+    sql = _LOSS_BUCKETS_SQL.format(table=TrainingEvent._meta.db_table, has_loss=_HAS_LOSS)
     with transaction.atomic(), connection.cursor() as cursor:
         # Compiling this short query (a JIT's cost model sees 1,000 sub-plans) takes longer
         # than running it.
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, {"job": job.id, "buckets": buckets})
-        for first, stop, t_lo, t_hi, t_n, v_lo, v_hi, v_n in cursor.fetchall():
-            if t_n:
-                train.append(LossBucket(first, stop, t_lo, t_hi, t_n))
-            if v_n:
-                validation.append(LossBucket(first, stop, v_lo, v_hi, v_n))
-    return LossSeries(train=train, validation=validation)
+        return cursor.fetchall()
+
+
+def _loss_buckets_grouped(job: TrainingJob, buckets: int) -> list[tuple]:
+    """The ranges of `_LOSS_BUCKETS_SQL`, each loss row put in its range by arithmetic and
+    grouped: range k starts at lo + ceil(k * span / n), so a step's range is
+    floor((step - lo) * n / span)."""
+    rows = job.events.filter(
+        Q(step__isnull=False) & (Q(train_loss__isnull=False) | Q(validation_loss__isnull=False))
+    ).order_by()
+    bounds = rows.aggregate(lo=Min("step"), hi=Max("step"))
+    lo = bounds["lo"]
+    if lo is None:
+        return []
+    span = bounds["hi"] - lo + 1
+    n = min(span, buckets)
+    ranges = (
+        rows.annotate(k=(F("step") - lo) * n / span)
+        .values("k")
+        .annotate(
+            Min("train_loss"),
+            Max("train_loss"),
+            Count("train_loss"),
+            Min("validation_loss"),
+            Max("validation_loss"),
+            Count("validation_loss"),
+        )
+        .order_by("k")
+        .values_list(
+            "k",
+            "train_loss__min",
+            "train_loss__max",
+            "train_loss__count",
+            "validation_loss__min",
+            "validation_loss__max",
+            "validation_loss__count",
+        )
+    )
+    return [
+        (lo + (k * span + n - 1) // n, lo + ((k + 1) * span + n - 1) // n, *losses)
+        for k, *losses in ranges
+    ]
 
 
 @dataclass(frozen=True)
