@@ -47,8 +47,9 @@ def add_filter_flag(parser, name: str) -> None:
     parser.add_argument(f"--{spec.flag}", **kwargs)
 
 
-def add_filter_arguments(parser, *, with_format: bool = True) -> None:
-    parser.add_argument("--dataset", type=int, metavar="ID", help="use a saved dataset")
+def add_filter_arguments(parser, *, with_format: bool = True, with_dataset: bool = True) -> None:
+    if with_dataset:
+        parser.add_argument("--dataset", type=int, metavar="ID", help="use a saved dataset")
     # The filters: declared once, with their flags and help, in TurnSelection.
     for name in command_filters():
         add_filter_flag(parser, name)
@@ -90,7 +91,7 @@ def refuse_existing(path: Path, *, option: str, force: bool) -> None:
 def filters_from_options(options: dict[str, Any]) -> tuple[TurnSelection, ExportOptions]:
     """The filter and export options a command line asks for; usage errors exit 2."""
     try:
-        if options["dataset"] is not None:
+        if options.get("dataset") is not None:
             given = [n for n in command_filters() if options[filter_of(n).dest] is not None]
             if given:
                 flag = "--" + filter_of(given[0]).flag

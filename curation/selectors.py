@@ -41,6 +41,22 @@ def dataset_versions(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.select_related("created_by").order_by("-number")
 
 
+def selection_size(*, filters: TurnSelection) -> dict[str, int]:
+    """The turns and episodes a filter selects, counted exactly (a command's answer, not a
+    page's live estimate)."""
+    return turns_selected(filters).aggregate(
+        turns=Count("id"), episodes=Count("episode_id", distinct=True)
+    )
+
+
+def version_models(*, version: DatasetVersion) -> list[str]:
+    """The models that played the turns of a version's filter (scripted, random and people's
+    games name none), sorted."""
+    selected = turns_selected(TurnSelection.from_json(version.filters))
+    models = selected.exclude(episode__batch__model="").values_list("episode__batch__model")
+    return sorted({model for (model,) in models.order_by().distinct()})
+
+
 # Turns read to estimate the images per turn of a large selection (~50 ms at any size).
 ESTIMATE_SAMPLE_TURNS = 2_000
 

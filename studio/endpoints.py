@@ -121,3 +121,26 @@ def endpoints_seed_defaults() -> list[Endpoint]:
         if was_created:
             created.append(endpoint)
     return created
+
+
+def endpoint_save(
+    *, name: str, kind: str, base_url: str, key_env: str = "", enabled: bool = True
+) -> tuple[Endpoint, bool]:
+    """Create the endpoint `name`, or update its kind, URL, key variable and enabled flag
+    (its models, limits and prices are kept); whether it was created.
+
+    Checked by the model's own rules, as the admin checks them (`full_clean`: a slug for a
+    name, an http(s) URL, an allowed key variable): refused with a ValidationError, nothing
+    written.
+    """
+    endpoint = Endpoint.objects.filter(name=name).first()
+    created = endpoint is None
+    if endpoint is None:
+        endpoint = Endpoint(name=name)
+    endpoint.kind = kind
+    endpoint.base_url = base_url
+    endpoint.api_key_env = key_env
+    endpoint.enabled = enabled
+    endpoint.full_clean()
+    endpoint.save()
+    return endpoint, created

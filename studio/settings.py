@@ -185,6 +185,8 @@ _BROKER_DIR = VAR_DIR / "broker"
 # The embedded broker's host named, or kombu warns on every command that it assumed one.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's own, but a worker never reads a message half written (studio.filesystem_broker).
+    CELERY_BROKER_TRANSPORT = "studio.filesystem_broker:Transport"
     for _sub in ("queue", "processed", "control"):
         (_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {

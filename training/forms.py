@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 
 from curation.models import DatasetVersion
+from curation.selectors import version_models
 from studio.endpoints import endpoints_enabled
 from studio.models import Endpoint
 from training.config import ConfigError, config_load, reference_text
@@ -58,7 +59,10 @@ class TrainingJobForm(forms.Form):
         help_text="Named by an admin; the key is read on the worker from the variable it names.",
     )
     model = forms.CharField(
-        required=False, max_length=200, help_text="Empty: [job] model of the config."
+        required=False,
+        max_length=200,
+        help_text="Empty: the model that played the dataset's turns, or [job] model of the "
+        "config when no model played them.",
     )
     config = forms.CharField(
         label="Config (TOML)",
@@ -106,6 +110,8 @@ class TrainingJobForm(forms.Form):
             self.add_error("endpoint", f"{endpoint!r} is not a {provider} endpoint")
         if "config" not in data:
             return data
+        version, validation = data.get("dataset_version"), data.get("validation_version")
+        model = data.get("model") or (self._recorded_model(version) if version else "")
         if self.errors:
             # Another field is wrong: the config is still checked on its own, so that its
             # errors stay beside their lines until they are fixed.
@@ -114,7 +120,6 @@ class TrainingJobForm(forms.Form):
             except ConfigError as exc:
                 self._config_refused(exc.lines())
             return data
-        version, validation = data.get("dataset_version"), data.get("validation_version")
         try:
             self.submission = submission_build(
                 config_text=data["config"].replace("\r\n", "\n"),
@@ -122,11 +127,29 @@ class TrainingJobForm(forms.Form):
                 version_id=version.id if version else None,
                 validation_version_id=validation.id if validation else None,
                 endpoint_name=endpoint,
-                model=data.get("model") or "",
+                model=model,
             )
         except SubmissionError as exc:
             self._config_refused(exc.lines)
         return data
+
+    def _recorded_model(self, version: DatasetVersion) -> str:
+        """The model whose games the version holds, to fine-tune when Model is left empty:
+        improving the model that played is the loop the studio is for. Several models: no
+        guess (a billed job on the wrong base model costs more than naming one), an error
+        naming them. None (scripted, random or people's games): "" for the config's."""
+        models = version_models(version=version)
+        if len(models) > 1:
+            shown = ", ".join(models[:5]) + (
+                f" and {len(models) - 5} more" if len(models) > 5 else ""
+            )
+            self.add_error(
+                "model",
+                f"the dataset's turns were played by {len(models)} models ({shown}): "
+                "name the one to fine-tune",
+            )
+            return ""
+        return models[0] if models else ""
 
     def _config_refused(self, lines: list[str]) -> None:
         for line in lines:

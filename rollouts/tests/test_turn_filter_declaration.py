@@ -21,7 +21,7 @@ from django.urls import reverse
 from curation.command_options import add_filter_arguments, filters_from_options
 from curation.export_options import ExportOptions
 from curation.forms import DatasetForm
-from curation.management.commands import export_hf, export_jsonl
+from curation.management.commands import dataset_create, export_hf, export_jsonl
 from curation.models import Dataset
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.review.forms import BulkFlagForm, TurnFilterForm, turn_list_query
@@ -52,6 +52,7 @@ COMMAND_FLAGS = {
     "include-canceled": "include_canceled",
     "top-per-seed": "top_per_seed",
     "at-or-above-mean": "at_or_above_mean",
+    "exclude-errors": "exclude_errors",
 }
 # The export commands' flags that are not filters.
 COMMAND_OPTIONS = {"dataset", "allow-empty", "kind", "val-fraction", "history-frames", "format"}
@@ -132,6 +133,7 @@ def test_the_turn_list_forms_have_exactly_the_declarations_filters():
         # `--probe-set`: a probe set's rows instead of turns (`probes.exporting`).
         (export_jsonl.Command, {"output", "val-output", "force", "probe-set"}),
         (export_hf.Command, {"output", "tool-calls-as-text", "force", "probe-set"}),
+        (dataset_create.Command, {"name", "description"}),
     ],
 )
 def test_the_export_commands_have_exactly_the_declarations_flags(command, own):

@@ -12,6 +12,7 @@ from curation import services as dataset_services
 from curation.export_options import ExportOptions
 from curation.models import DatasetVersion
 from curation.tests.conftest import record
+from rollouts.models import RolloutBatch
 from rollouts.review.turn_selection import TurnSelection
 from training.tests.servers import OpenAIFineTuningServer, SynthServer
 
@@ -20,12 +21,16 @@ SYNTH_KEY = "sk-synth-SECRET-4f1c9a77e2"
 OPENAI_KEY = "sk-openai-SECRET-0b3d5e8f91"
 
 
-def version_of(*, seeds: tuple[int, ...], steps: int, name: str) -> DatasetVersion:
-    """A dataset over a freshly played batch, exported for real (the studio format)."""
-    batch = record(seeds=seeds, steps=steps)
-    dataset = dataset_services.dataset_create(
-        name=name, filters=TurnSelection(batches=(batch.id,)), options=ExportOptions()
-    )
+def version_of(*, seeds: tuple[int, ...], steps: int, name: str, **playing) -> DatasetVersion:
+    """A dataset over a freshly played batch, exported for real (the studio format);
+    `playing`: how it is played (`record`'s policy, model, ...), scripted by default."""
+    return version_over(record(seeds=seeds, steps=steps, **playing), name=name)
+
+
+def version_over(*batches: RolloutBatch, name: str) -> DatasetVersion:
+    """A dataset over these batches, exported for real (the studio format)."""
+    filters = TurnSelection(batches=tuple(batch.id for batch in batches))
+    dataset = dataset_services.dataset_create(name=name, filters=filters, options=ExportOptions())
     version = dataset_services.dataset_version_create(dataset=dataset, enqueue=False)
     assert dataset_services.dataset_version_export(version_id=version.id) == "done"
     version.refresh_from_db()

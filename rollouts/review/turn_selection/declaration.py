@@ -230,6 +230,8 @@ class TurnSelection:
         dataset=True,
         label="Exclude turns with errors",
         help="Leave out turns whose model call failed or whose answer was unusable.",
+        flag="exclude-errors",
+        flag_help="leave out turns whose model call failed or whose answer was unusable",
     )
     # Turns whose actions were read from the model's prose (Turn.text_fallback) carry a tool
     # call the model never made: left out unless asked for, then marked in the metadata.
