@@ -13,7 +13,12 @@ from studio.tests.test_command_output import project_commands
 MISTAKES: dict[str, tuple[tuple[str, ...], str]] = {
     "batch_report": (("999999",), "batch_report: error: there is no batch 999999"),
     "compare_batches": (("1",), "compare_batches: error: compare at least two batches"),
+    "dataset_create": (
+        ("--name", "x", "--batch", "999999"),
+        "dataset_create: error: batch: there is no batch 999999",
+    ),
     "demo_setup": (("--seeds", "1"), "demo_setup: error: unrecognized arguments: --seeds 1"),
+    "endpoint": (("--list", "x"), "endpoint: error: --list takes no other argument"),
     "export_hf": (
         ("--output", "/no/such/dir/ds"),
         "export_hf: error: output: directory '/no/such/dir' does not exist",

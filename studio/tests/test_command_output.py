@@ -22,6 +22,7 @@ from rollouts.models import Episode, RolloutBatch
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
 from studio.commands import StudioCommand
+from studio.models import Endpoint
 from studio.testing import manage, run_command, subprocess_env
 from training.models import TrainingEvent, TrainingJob
 
@@ -209,7 +210,20 @@ def _probe_run(world: World) -> list[Output]:
     ]
 
 
+def _endpoint(world: World) -> list[Output]:
+    # Written past the admin's checks (an older row, a database edited by hand): listed escaped.
+    Endpoint.objects.create(name="hostile", base_url=f"http://127.0.0.1:9/{HOSTILE}")
+    return [_run("endpoint", "--list")]
+
+
+def _dataset_create(world: World) -> list[Output]:
+    batch = world.scripted_batch()
+    return [_run("dataset_create", "--name", "x", "--batch", batch.id, "--model", HOSTILE)]
+
+
 CASES: dict[str, Callable[[World], list[Output]]] = {
+    "dataset_create": _dataset_create,
+    "endpoint": _endpoint,
     "batch_report": _batch_report,
     "compare_batches": _compare_batches,
     "demo_setup": _demo_setup,
