@@ -119,7 +119,7 @@ def set_distributions(*, probe_set: ProbeSet) -> list[KindDistribution]:
 # --- a run's answers ---------------------------------------------------------------------
 
 ANSWER_SHOWS = {
-    "wrong": "wrong answers",
+    "wrong": "wrong answers",  # answered, not right: an error is not wrong (`results.is_error`)
     "all": "every answer",
     "flagged": "flagged",
     "errors": "errors",
@@ -134,10 +134,10 @@ def run_answers(*, run: ProbeRun, show: str = "wrong", kind: str = "") -> QueryS
         "question", "question__frame", "question__turn"
     )
     conditions = {
-        "wrong": Q(correct=False),
+        "wrong": Q(correct=False, error_kind=""),
         "right": Q(correct=True),
         "flagged": Q(flagged=True),
-        "errors": ~Q(error_kind="") | ~Q(error=""),
+        "errors": ~Q(error_kind=""),
         "all": Q(),
     }
     answers = answers.filter(conditions.get(show, Q()))
@@ -151,9 +151,9 @@ def run_answer_counts(*, run: ProbeRun) -> dict[str, int]:
     row = ProbeAnswer.objects.filter(run=run).aggregate(
         all=Count("id"),
         right=Count("id", filter=Q(correct=True)),
-        wrong=Count("id", filter=Q(correct=False)),
+        wrong=Count("id", filter=Q(correct=False, error_kind="")),
         flagged=Count("id", filter=Q(flagged=True)),
-        errors=Count("id", filter=~Q(error_kind="") | ~Q(error="")),
+        errors=Count("id", filter=~Q(error_kind="")),
     )
     return {key: row[key] or 0 for key in ANSWER_SHOWS}
 
@@ -271,7 +271,8 @@ def perception_board(*, probe_set: ProbeSet) -> Board:
     every = [BoardRow(run, m.overall, [m.kinds.get(k) for k in kinds]) for run, m in measured]
     rows = sorted(
         (r for r in every if r.overall.ranked),
-        key=lambda r: (-(r.overall.accuracy or 0.0), -r.overall.answered, r.run.id),
+        key=lambda r: (r.overall.standing(), -r.run.id),
+        reverse=True,
     )
     unranked = sorted(
         (r for r in every if not r.overall.ranked),

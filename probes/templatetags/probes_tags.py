@@ -21,12 +21,6 @@ def percent_short(fraction: float) -> str:
 
 
 @register.filter
-def share(part: int, whole: int) -> str:
-    """A count of a whole in percent, one decimal; "—" of nothing."""
-    return f"{100 * part / whole:.1f}%" if whole else "—"
-
-
-@register.filter
 def points(difference: float, digits: int = 1) -> str:
     """A difference of fractions in signed percentage points: +3.2, -1.0 (a true minus), 0.0."""
     text = f"{100 * float(difference):+.{int(digits)}f}"

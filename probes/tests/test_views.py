@@ -241,13 +241,13 @@ def test_a_runs_page_shows_accuracy_per_kind_against_chance(viewer_client, run_a
 
 def test_a_runs_page_lists_its_wrong_answers_with_the_frame_escaped(viewer_client, run_a):
     url = reverse("probes:run_detail", args=[run_a.id])
-    wrong = [
-        q
-        for q in ProbeQuestion.objects.filter(probe_set=run_a.probe_set).order_by("index")
-        if _picked(q, "A") != q.answer
-    ]
+    questions = list(ProbeQuestion.objects.filter(probe_set=run_a.probe_set).order_by("index"))
+    # Wrong: a choice named, not the right one. The facing questions named none: errors.
+    wrong = [q for q in questions if _picked(q, "A") and _picked(q, "A") != q.answer]
+    errors = [q for q in questions if not _picked(q, "A")]
     page = viewer_client.get(url).content.decode()
     assert f'Wrong answers <span class="muted">{len(wrong)}</span>' in page
+    assert f'<option value="errors">errors ({len(errors)})</option>' in page
     cards = re.findall(r'<article class="answer card[^"]*" id="answer-(\d+)"', page)
     shown = ProbeAnswer.objects.filter(id__in=[int(i) for i in cards])
     assert {a.question_id for a in shown} == {q.id for q in wrong[: len(cards)]}
@@ -260,9 +260,15 @@ def test_a_runs_page_lists_its_wrong_answers_with_the_frame_escaped(viewer_clien
     assert html.escape(HOSTILE) in page
     # A viewer looks: no flag button, no note form.
     assert "data-flag" not in page and 'class="note-form"' not in page
-    # One kind, right answers only: the facing questions were all wrong.
+    # One kind, right answers only: the facing questions were all errors.
     page = viewer_client.get(url + "?show=right&kind=facing").content.decode()
     assert "answer card" not in page and "No right answers here." in page
+    page = viewer_client.get(url + "?show=errors&kind=facing").content.decode()
+    cards = re.findall(r'<article class="answer card[^"]*" id="answer-(\d+)"', page)
+    shown = ProbeAnswer.objects.filter(id__in=[int(i) for i in cards])
+    assert {a.question_id for a in shown} == {q.id for q in errors} and errors
+    assert all(a.error_kind == "unparsed" for a in shown)
+    assert HOSTILE not in page and f"{html.escape(HOSTILE)} maybe" in page
 
 
 def test_a_running_runs_page_refreshes_itself_until_it_ends(

@@ -63,9 +63,10 @@ def test_it_reviews_a_runs_wrong_answers_with_the_keys(
     studio_page: Page, live_server, chat_server, chat_endpoint, width: int
 ):
     run = _probe_run(chat_server, chat_endpoint)
+    # Wrong: a choice named, not the right one (the facing questions, named none, are errors).
     wrong = [
         a
-        for a in ProbeAnswer.objects.filter(run=run, correct=False)
+        for a in ProbeAnswer.objects.filter(run=run, correct=False, error_kind="")
         .select_related("question")
         .order_by("question__index")
     ]
@@ -102,9 +103,6 @@ def test_it_reviews_a_runs_wrong_answers_with_the_keys(
     )
     frame.scroll_into_view_if_needed()
     assert frame.evaluate("img => img.getBoundingClientRect().width") >= min(256, width - 80)
-    facing = page.locator("article.answer", has_text="player is facing").first
-    expect(facing.locator("pre.code")).to_contain_text(HOSTILE)
-    assert page.evaluate("() => document.querySelectorAll('img[src=x]').length") == 0
     _fits(page, width)
 
     # Keys: → to the second answer, f flags it, n writes a note, Ctrl+Enter saves it.
@@ -138,6 +136,13 @@ def test_it_reviews_a_runs_wrong_answers_with_the_keys(
     page.screenshot(path=str(shots / f"probe-run-{width}.png"), full_page=True)
     first.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / f"probe-answers-{width}.png"))
+
+    # The errors, apart: the hostile text naming no choice, shown as text.
+    page.goto(f"{live_server.url}/probes/runs/{run.id}/?show=errors&kind=facing")
+    facing = page.locator("article.answer", has_text="player is facing").first
+    expect(facing.locator("pre.code")).to_contain_text(HOSTILE)
+    assert page.evaluate("() => document.querySelectorAll('img[src=x]').length") == 0
+    _fits(page, width)
 
 
 @pytest.mark.parametrize("width", [360, 2560])
