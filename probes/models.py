@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings as django_settings
 from django.db import models
 
+from probes.results import Tally
 from studio.models import ClaimedJob
 
 
@@ -38,6 +39,14 @@ class ProbeSet(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"Probe set {self.pk}"
+
+    @property
+    def kinds_with_questions(self) -> list[str]:
+        """Its kinds that have a question, in its order: a kind asked for can have none (no
+        frame gave it one answer, or balancing left it out)."""
+        stored = self.answers if isinstance(self.answers, dict) else {}
+        asked = [k for k in (self.kinds or []) if isinstance(k, str)]
+        return [k for k in asked + [k for k in stored if k not in asked] if stored.get(k)]
 
 
 class ProbeQuestion(models.Model):
@@ -90,6 +99,8 @@ class ProbeRun(ClaimedJob):
     )
     concurrency = models.PositiveIntegerField(default=4)
     questions_total = models.PositiveIntegerField(default=0)
+    # Answers stored, errors included: how far the run got. What accuracy is over (the
+    # answers naming a choice) is `tally.answered`.
     answered = models.PositiveIntegerField(default=0)
     correct = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
@@ -103,6 +114,11 @@ class ProbeRun(ClaimedJob):
 
     def __str__(self) -> str:
         return f"Probe run {self.pk} of set {self.probe_set_id} ({self.model}, {self.observation})"
+
+    @property
+    def tally(self) -> Tally:
+        """Its counters read by `probes.results`' rules: accuracy over the answered."""
+        return Tally(asked=self.answered, errors=self.errors, correct=self.correct)
 
 
 class ProbeAnswer(models.Model):

@@ -1,15 +1,24 @@
 """What a probe run measured: accuracy per kind, its interval, chance, pairs of runs, confusions.
 
 Pure and Django-free, like `evaluation.statistics`, whose Wilson interval and bootstrap it
-uses: the command's summary, the run's page, the comparison and the leaderboard all read
-their numbers here, from plain `AnswerRecord`s (`probes.runs.run_answer_records` reads them).
+uses: the command's summary, the run's page, the lists of runs, the comparison and the
+leaderboard all read their numbers here, from plain `AnswerRecord`s (`probes.runs.
+run_answer_records` reads them) or a run's counters (`Tally`).
 
-- Accuracy is over the questions answered so far; an answer that could not be read (an
-  error, nothing parsed) is a wrong answer, never left out. Its interval is Wilson's, 95%.
-- Chance is what a guess scores on the same questions: the mean of 1 / len(choices).
+- An answer is **answered** when it names one of its question's choices. Anything else is an
+  **error** (a failed call, a tool call, text naming no choice, hostile bytes, a frame that
+  could not be read): it says nothing about what the model sees, so it is counted apart and
+  left out of accuracy, its interval, chance and the verdict against chance.
+- Accuracy is over the questions answered; its interval is Wilson's, 95%. Chance is what a
+  guess scores on the same questions: the mean of 1 / len(choices). Nothing answered: no
+  accuracy (None), never 0%.
+- A run whose errors are more than `ERROR_SHARE_LIMIT` of its answers is flagged: its
+  accuracy rests on too few of its questions to stand beside other runs' (its page says so,
+  the leaderboard lists it apart, unranked).
 - Two runs are compared on the questions both answered: per kind, each one's accuracy, the
   difference (other - base) with a paired bootstrap interval over questions (as `/compare/`
-  resamples seeds for batches), and how many questions only one of them got right.
+  resamples seeds for batches), and how many questions only one of them got right; the
+  questions one or both of them errored on are counted apart.
 - A confusion matrix per kind counts (right answer, answer given) pairs; "" is unparsed.
 """
 
@@ -26,6 +35,13 @@ from evaluation.statistics import Interval, bootstrap, percentile_interval, wils
 
 ALL = "all"  # the key of every kind together
 UNPARSED = ""  # the choice of an answer that named none
+# Past this share of errors among a run's answers, its accuracy is flagged and unranked.
+ERROR_SHARE_LIMIT = 0.2
+
+
+def is_error(error_kind: str) -> bool:
+    """The one rule of what an answer that is not answered is: any recorded error."""
+    return bool(error_kind)
 
 
 @dataclass(frozen=True)
@@ -41,43 +57,107 @@ class AnswerRecord:
     error_kind: str = ""
 
     @property
+    def answered(self) -> bool:
+        return not is_error(self.error_kind)
+
+    @property
     def correct(self) -> bool:
-        return self.choice != UNPARSED and self.choice == self.answer
+        return self.answered and self.choice != UNPARSED and self.choice == self.answer
 
 
 @dataclass(frozen=True)
-class Accuracy:
-    """Accuracy of some answers against chance on the same questions (fractions in [0, 1])."""
+class Tally:
+    """How some answers fell: `asked` stored, `errors` of them errors, `correct` of the rest
+    right. A run's counters are one (`ProbeRun.tally`)."""
 
-    questions: int
+    asked: int
+    errors: int
     correct: int
-    errors: int  # answers with an error (a failed call, hostile bytes, nothing parsed)
-    accuracy: float
-    interval: Interval
-    chance: float
+
+    @property
+    def answered(self) -> int:
+        return self.asked - self.errors
+
+    @property
+    def accuracy(self) -> float | None:
+        """Right of the answered; None when nothing was answered."""
+        return self.correct / self.answered if self.answered else None
+
+    @property
+    def error_share(self) -> float:
+        return self.errors / self.asked if self.asked else 0.0
+
+    @property
+    def errors_over_limit(self) -> bool:
+        return self.error_share > ERROR_SHARE_LIMIT
+
+    @property
+    def ranked(self) -> bool:
+        """Its accuracy can stand beside other runs': something answered, errors within
+        the limit."""
+        return self.answered > 0 and not self.errors_over_limit
+
+    def standing(self) -> tuple[bool, float, int]:
+        """The order of runs on a leaderboard, best last: ranked first, then the most right
+        of those answered, then the most answered."""
+        return (self.ranked, self.accuracy or 0.0, self.answered)
+
+
+@dataclass(frozen=True)
+class Accuracy(Tally):
+    """Accuracy of some answers against chance on the same questions (fractions in [0, 1]);
+    interval and chance are None when nothing was answered."""
+
+    interval: Interval | None
+    chance: float | None
+
+    @property
+    def against_chance(self) -> str:
+        """The verdict: "above" or "below" when the whole interval is, "level" when it
+        holds chance, "" when nothing was answered."""
+        if self.interval is None or self.chance is None:
+            return ""
+        if self.interval[0] > self.chance:
+            return "above"
+        if self.interval[1] < self.chance:
+            return "below"
+        return "level"
 
     def as_json(self) -> dict[str, object]:
         return {
-            "questions": self.questions,
+            "questions": self.asked,
+            "answered": self.answered,
             "correct": self.correct,
             "errors": self.errors,
-            "accuracy": round(self.accuracy, 4),
-            "interval": [round(self.interval[0], 4), round(self.interval[1], 4)],
-            "chance": round(self.chance, 4),
+            **self.figures_json(),
+        }
+
+    def figures_json(self) -> dict[str, object]:
+        return {
+            "accuracy": _rounded(self.accuracy),
+            "interval": _rounded(self.interval),
+            "chance": _rounded(self.chance),
         }
 
 
+def _rounded(value):
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return [round(v, 4) for v in value]
+    return round(value, 4)
+
+
 def accuracy_of(records: Sequence[AnswerRecord]) -> Accuracy:
-    n = len(records)
-    correct = sum(r.correct for r in records)
-    chance = sum(1 / len(r.choices) for r in records if r.choices) / n if n else 0.0
+    answered = [r for r in records if r.answered]
+    n = len(answered)
+    correct = sum(r.correct for r in answered)
     return Accuracy(
-        questions=n,
+        asked=len(records),
+        errors=len(records) - n,
         correct=correct,
-        errors=sum(bool(r.error_kind) for r in records),
-        accuracy=correct / n if n else 0.0,
-        interval=wilson_interval(correct, n),
-        chance=chance,
+        interval=wilson_interval(correct, n) if n else None,
+        chance=sum(1 / len(r.choices) for r in answered if r.choices) / n if n else None,
     )
 
 
@@ -89,13 +169,14 @@ class RunResults:
     subjects: dict[str, dict[str, Accuracy]]
 
     def kinds_json(self) -> dict[str, dict[str, object]]:
-        """SPEC section 4's `kinds` of `probe_run`: accuracy, interval and chance per kind."""
+        """SPEC section 4's `kinds` of `probe_run`: accuracy, interval and chance per kind,
+        over its questions answered, and its questions asked, answered and errors."""
         return {
             kind: {
-                "accuracy": round(a.accuracy, 4),
-                "interval": [round(a.interval[0], 4), round(a.interval[1], 4)],
-                "chance": round(a.chance, 4),
-                "questions": a.questions,
+                **a.figures_json(),
+                "questions": a.asked,
+                "answered": a.answered,
+                "errors": a.errors,
             }
             for kind, a in self.kinds.items()
         }
@@ -134,9 +215,10 @@ def kind_order(present: Iterable[str], kinds: Sequence[str] = ()) -> list[str]:
 
 @dataclass(frozen=True)
 class PairedKind:
-    """`other` against `base` on the questions both answered."""
+    """`other` against `base` on the questions both answered; those one or both of them
+    errored on are counted apart, out of every figure."""
 
-    questions: int
+    questions: int  # answered by both: what accuracy, difference and counts are over
     base: Accuracy
     other: Accuracy
     difference: float  # other - base, a fraction
@@ -145,6 +227,14 @@ class PairedKind:
     only_base: int  # right in base, wrong in other
     only_other: int
     both_wrong: int
+    both_errored: int = 0
+    base_errored: int = 0  # an error in base, an answer in other
+    other_errored: int = 0
+
+    @property
+    def asked(self) -> int:
+        """Questions both runs were asked (each has an answer or an error in both)."""
+        return self.questions + self.both_errored + self.base_errored + self.other_errored
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -157,12 +247,15 @@ class PairedKind:
             "only_base": self.only_base,
             "only_other": self.only_other,
             "both_wrong": self.both_wrong,
+            "both_errored": self.both_errored,
+            "base_errored": self.base_errored,
+            "other_errored": self.other_errored,
         }
 
 
 @dataclass(frozen=True)
 class RunComparison:
-    paired_questions: int
+    asked_of_both: int  # questions both runs have an answer or an error to
     only_base: int  # questions answered by base alone (not compared)
     only_other: int
     overall: PairedKind
@@ -195,20 +288,25 @@ def paired_difference(
 
 
 def _paired_kind(pairs: list[tuple[AnswerRecord, AnswerRecord]]) -> PairedKind:
-    tally = Counter((b.correct, o.correct) for b, o in pairs)
+    answered = [(b, o) for b, o in pairs if b.answered and o.answered]
+    tally = Counter((b.correct, o.correct) for b, o in answered)
     both_right, only_base = tally[(True, True)], tally[(True, False)]
     only_other, both_wrong = tally[(False, True)], tally[(False, False)]
+    errored = Counter((b.answered, o.answered) for b, o in pairs)
     difference, interval = paired_difference(both_right, only_base, only_other, both_wrong)
     return PairedKind(
-        questions=len(pairs),
-        base=accuracy_of([b for b, _ in pairs]),
-        other=accuracy_of([o for _, o in pairs]),
+        questions=len(answered),
+        base=accuracy_of([b for b, _ in answered]),
+        other=accuracy_of([o for _, o in answered]),
         difference=difference,
         interval=interval,
         both_right=both_right,
         only_base=only_base,
         only_other=only_other,
         both_wrong=both_wrong,
+        both_errored=errored[(False, False)],
+        base_errored=errored[(False, True)],
+        other_errored=errored[(True, False)],
     )
 
 
@@ -228,13 +326,15 @@ def runs_compare(
     right_other: dict[str, list[int]] = defaultdict(list)
     for b, o in pairs:
         by_kind[b.kind].append((b, o))
+        if not (b.answered and o.answered):
+            continue  # an error is neither right nor wrong
         if b.correct and not o.correct:
             right_base[b.kind].append(b.question_id)
         elif o.correct and not b.correct:
             right_other[b.kind].append(b.question_id)
     order = kind_order(by_kind, kinds)
     return RunComparison(
-        paired_questions=len(shared),
+        asked_of_both=len(shared),
         only_base=len(base_by_id) - len(shared),
         only_other=len(other_by_id) - len(shared),
         overall=_paired_kind(pairs),

@@ -32,7 +32,7 @@ from probes.asking import Asked, ProbeAsker, asked_from
 from probes.jobs import PROBE_CHUNK
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, ProbeSet
 from probes.prompting import LETTERS, OBSERVATIONS, question_messages
-from probes.results import AnswerRecord, run_results
+from probes.results import AnswerRecord, is_error, run_results
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import RolloutSettings
@@ -358,7 +358,8 @@ def _answer_store(
     """The answer and the run's counters in one transaction, only while this worker holds
     the chunk (else `ClaimLost`, and nothing is written). The claim's heartbeat is the
     keeper's (`probes.claim_keeper`)."""
-    correct = bool(asked.choice) and asked.choice == question.answer
+    error = is_error(asked.error_kind)
+    correct = not error and bool(asked.choice) and asked.choice == question.answer
     answer = ProbeAnswer(
         run_id=run.id,
         question_id=question.id,
@@ -376,7 +377,7 @@ def _answer_store(
     counts = {
         "answered": 1,
         "correct": int(correct),
-        "errors": int(bool(asked.error_kind)),
+        "errors": int(error),
         "model_calls": asked.requests,
         "model_retries": asked.retries,
         "prompt_tokens": asked.prompt_tokens,
@@ -515,24 +516,30 @@ def run_answer_records(*, run_id: int) -> list[AnswerRecord]:
 
 
 def probe_run_summary(*, run: ProbeRun) -> dict[str, Any]:
-    """`probe_run`'s last line (SPEC section 4), plus the run's status and counters."""
+    """`probe_run`'s last line (SPEC section 4), plus the run's status and counters.
+    `answered` counts the answers naming a choice, what `accuracy` is over (null when there
+    is none); `errors` the rest, apart."""
     run.refresh_from_db()
     results = run_results(run_answer_records(run_id=run.id), kinds=run.probe_set.kinds)
+    overall = results.overall
+    figures = overall.figures_json()
     summary = {
         "run_id": run.id,
         "set_id": run.probe_set_id,
         "model": run.model,
         "observation": run.observation,
         "questions": run.questions_total,
-        "answered": run.answered,
-        "errors": run.errors,
-        "accuracy": round(results.overall.accuracy, 4),
+        "answered": overall.answered,
+        "errors": overall.errors,
+        "accuracy": figures["accuracy"],
         "kinds": results.kinds_json(),
         "status": run.status,
         "endpoint": run.endpoint_name,
-        "correct": run.correct,
-        "interval": [round(v, 4) for v in results.overall.interval],
-        "chance": round(results.overall.chance, 4),
+        "correct": overall.correct,
+        "interval": figures["interval"],
+        "chance": figures["chance"],
+        "error_share": round(overall.error_share, 4),
+        "errors_over_limit": overall.errors_over_limit,
         "model_calls": run.model_calls,
         "model_retries": run.model_retries,
         "prompt_tokens": run.prompt_tokens,

@@ -119,7 +119,7 @@ def set_distributions(*, probe_set: ProbeSet) -> list[KindDistribution]:
 # --- a run's answers ---------------------------------------------------------------------
 
 ANSWER_SHOWS = {
-    "wrong": "wrong answers",
+    "wrong": "wrong answers",  # answered, not right: an error is not wrong (`results.is_error`)
     "all": "every answer",
     "flagged": "flagged",
     "errors": "errors",
@@ -134,10 +134,10 @@ def run_answers(*, run: ProbeRun, show: str = "wrong", kind: str = "") -> QueryS
         "question", "question__frame", "question__turn"
     )
     conditions = {
-        "wrong": Q(correct=False),
+        "wrong": Q(correct=False, error_kind=""),
         "right": Q(correct=True),
         "flagged": Q(flagged=True),
-        "errors": ~Q(error_kind="") | ~Q(error=""),
+        "errors": ~Q(error_kind=""),
         "all": Q(),
     }
     answers = answers.filter(conditions.get(show, Q()))
@@ -151,11 +151,23 @@ def run_answer_counts(*, run: ProbeRun) -> dict[str, int]:
     row = ProbeAnswer.objects.filter(run=run).aggregate(
         all=Count("id"),
         right=Count("id", filter=Q(correct=True)),
-        wrong=Count("id", filter=Q(correct=False)),
+        wrong=Count("id", filter=Q(correct=False, error_kind="")),
         flagged=Count("id", filter=Q(flagged=True)),
-        errors=Count("id", filter=~Q(error_kind="") | ~Q(error="")),
+        errors=Count("id", filter=~Q(error_kind="")),
     )
     return {key: row[key] or 0 for key in ANSWER_SHOWS}
+
+
+def run_error_kinds(*, run: ProbeRun) -> list[tuple[str, int]]:
+    """What its errors were (`error_kind`, how many), most first."""
+    rows = (
+        ProbeAnswer.objects.filter(run=run)
+        .exclude(error_kind="")
+        .values_list("error_kind")
+        .annotate(n=Count("id"))
+        .order_by("-n", "error_kind")
+    )
+    return list(rows)
 
 
 def runs_on_set(*, probe_set_id: int, exclude: int | None = None) -> QuerySet[ProbeRun]:
@@ -217,20 +229,17 @@ def differing_questions(
 
 
 def best_runs(*, probe_set: ProbeSet) -> list[ProbeRun]:
-    """The set's best finished run of each (model, observation): the most right answers of
-    those answered (more answered, then the older run, on a tie)."""
+    """The set's best finished run of each (model, observation): a ranked one first (see
+    `results.Tally.ranked`), then the most right of those answered, then the most answered
+    (the older run, on a tie)."""
     best: dict[tuple[str, str], ProbeRun] = {}
     runs = ProbeRun.objects.filter(probe_set=probe_set, status=ProbeRun.Status.DONE).order_by("id")
     for run in runs:
         key = (run.model, run.observation)
         held = best.get(key)
-        if held is None or _standing(run) > _standing(held):
+        if held is None or run.tally.standing() > held.tally.standing():
             best[key] = run
     return list(best.values())
-
-
-def _standing(run: ProbeRun) -> tuple[float, int]:
-    return (run.correct / run.answered if run.answered else 0.0, run.answered)
 
 
 @dataclass(frozen=True)
@@ -245,7 +254,11 @@ class Board:
     probe_set: ProbeSet
     kinds: list[str]
     chance: list[float | None]  # per kind, a fraction
-    rows: list[BoardRow]  # best first
+    overall_chance: float | None
+    rows: list[BoardRow]  # ranked, best first
+    # Runs whose accuracy cannot stand beside the others' (errors past the limit, or nothing
+    # answered): listed apart, most errors last.
+    unranked: list[BoardRow]
 
 
 def perception_board(*, probe_set: ProbeSet) -> Board:
@@ -255,7 +268,21 @@ def perception_board(*, probe_set: ProbeSet) -> Board:
         for run in best_runs(probe_set=probe_set)
     ]
     kinds = results.kind_order({k for _, m in measured for k in m.kinds}, probe_set.kinds or [])
-    chance = [next((m.kinds[k].chance for _, m in measured if k in m.kinds), None) for k in kinds]
-    rows = [BoardRow(run, m.overall, [m.kinds.get(k) for k in kinds]) for run, m in measured]
-    rows.sort(key=lambda r: (-r.overall.accuracy, -r.overall.questions, r.run.id))
-    return Board(probe_set, kinds, chance, rows)
+    every = [BoardRow(run, m.overall, [m.kinds.get(k) for k in kinds]) for run, m in measured]
+    rows = sorted(
+        (r for r in every if r.overall.ranked),
+        key=lambda r: (r.overall.standing(), -r.run.id),
+        reverse=True,
+    )
+    unranked = sorted(
+        (r for r in every if not r.overall.ranked),
+        key=lambda r: (r.overall.error_share, -r.overall.answered, r.run.id),
+    )
+    # Chance on the questions the best ranked run answered (any run's, when none is).
+    chance = [_first_chance(r.kinds[i] for r in rows + unranked) for i in range(len(kinds))]
+    overall_chance = _first_chance(r.overall for r in rows + unranked)
+    return Board(probe_set, kinds, chance, overall_chance, rows, unranked)
+
+
+def _first_chance(accuracies) -> float | None:
+    return next((a.chance for a in accuracies if a is not None and a.chance is not None), None)

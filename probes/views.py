@@ -218,19 +218,24 @@ def _run_results(run: ProbeRun) -> tuple[results.RunResults, list[KindResult], s
         KindResult(kind, accuracy, measured.subjects.get(kind, {}), matrices.get(kind))
         for kind, accuracy in measured.kinds.items()
     ]
+    # Kinds with nothing answered have no bar to draw: their row would be chance alone.
+    drawn = [r for r in rows if r.accuracy.answered]
+    if not drawn:
+        return measured, rows, ""
     svg = accuracy_svg(
-        [KindRow(r.kind, _pct(r.accuracy.chance)) for r in rows],
+        [KindRow(r.kind, _pct(r.accuracy.chance)) for r in drawn],
         [
             RunSeries(
                 _run_label(run),
-                {r.kind: _pct(r.accuracy.accuracy) for r in rows},
+                {r.kind: _pct(r.accuracy.accuracy) for r in drawn},
                 {
                     r.kind: (_pct(r.accuracy.interval[0]), _pct(r.accuracy.interval[1]))
-                    for r in rows
+                    for r in drawn
                 },
             )
         ],
-        title="Accuracy per kind with 95% intervals; the dashed mark is chance",
+        title="Accuracy per kind over the questions answered, with 95% intervals; the dashed "
+        "mark is chance",
     )
     return measured, rows, svg
 
@@ -248,7 +253,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     if show not in selectors.ANSWER_SHOWS:
         show = "wrong"
     kind = request.GET.get("kind", "")
-    kinds = [k for k in (run.probe_set.kinds or []) if isinstance(k, str)]
+    kinds = run.probe_set.kinds_with_questions
     if kind not in kinds:
         kind = ""
     answers = Paginator(selectors.run_answers(run=run, show=show, kind=kind), ANSWERS_PER_PAGE)
@@ -288,6 +293,10 @@ def _run_body(run: ProbeRun, active: bool) -> dict[str, Any]:
         "kind_results": rows,
         "has_subjects": any(r.subjects for r in rows),
         "accuracy_svg": svg,
+        "error_kinds": (
+            selectors.run_error_kinds(run=run) if measured.overall.errors_over_limit else []
+        ),
+        "error_share_limit": results.ERROR_SHARE_LIMIT,
     }
 
 
@@ -401,16 +410,14 @@ def compare(request: HttpRequest) -> HttpResponse:
         kinds=kinds,
     )
     labels = (_run_label(base), _run_label(other))
+    drawn = {kind: p for kind, p in comparison.kinds.items() if p.questions}
     svg = accuracy_svg(
-        [KindRow(kind, _pct(p.base.chance)) for kind, p in comparison.kinds.items()],
+        [KindRow(kind, _pct(p.base.chance)) for kind, p in drawn.items()],
         [
             RunSeries(
                 label,
-                {k: _pct(getattr(p, side).accuracy) for k, p in comparison.kinds.items()},
-                {
-                    k: tuple(_pct(x) for x in getattr(p, side).interval)
-                    for k, p in comparison.kinds.items()
-                },
+                {k: _pct(getattr(p, side).accuracy) for k, p in drawn.items()},
+                {k: tuple(_pct(x) for x in getattr(p, side).interval) for k, p in drawn.items()},
             )
             for label, side in zip(labels, ("base", "other"), strict=True)
         ],
@@ -435,7 +442,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "set": base.probe_set,
             "labels": labels,
             "comparison": comparison,
-            "accuracy_svg": svg,
+            "accuracy_svg": svg if drawn else "",
             "differing": differing,
             "differing_total": sum(p.only_base + p.only_other for p in comparison.kinds.values()),
         },
@@ -452,4 +459,8 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
         request.GET.get("page")
     )
     boards = [selectors.perception_board(probe_set=probe_set) for probe_set in sets]
-    return render(request, "probes/leaderboard.html", {"boards": boards, "sets": sets})
+    return render(
+        request,
+        "probes/leaderboard.html",
+        {"boards": boards, "sets": sets, "error_share_limit": results.ERROR_SHARE_LIMIT},
+    )

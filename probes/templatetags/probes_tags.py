@@ -14,9 +14,10 @@ def percent(fraction: float, digits: int = 1) -> str:
 
 
 @register.filter
-def share(part: int, whole: int) -> str:
-    """A count of a whole in percent, one decimal; "—" of nothing."""
-    return f"{100 * part / whole:.1f}%" if whole else "—"
+def percent_short(fraction: float) -> str:
+    """A share as few digits as it needs: 1.0 -> "100%", 0.2 -> "20%", 0.2063 -> "20.6%"."""
+    text = f"{100 * float(fraction):.1f}"
+    return f"{text.removesuffix('.0')}%"
 
 
 @register.filter

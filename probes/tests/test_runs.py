@@ -191,7 +191,10 @@ def test_it_records_garbage_hostile_bytes_and_429s_and_completes(
     assert run.model_calls == len(questions) + 5 == len(chat_server.requests)
     assert run.model_retries == 5
     summary = summary_of(run)
-    assert summary["errors"] == 6 and summary["answered"] == len(questions)
+    # The six errors are apart: accuracy is over the answers that named a choice.
+    assert summary["errors"] == 6 and summary["answered"] == len(questions) - 6
+    right = sum(a.correct for a in answers.values())
+    assert summary["accuracy"] == round(right / (len(questions) - 6), 4)
 
 
 def test_it_fails_the_run_at_once_when_the_endpoint_refuses_the_key(

@@ -34,7 +34,8 @@ FACING_WORDS = "player is facing"  # in the text of every "facing" question
 
 def _answering(letter: str):
     """The server answers `letter` to every question, and a hostile text naming no choice to
-    the questions on the facing cell (read by the run as no answer: wrong)."""
+    the questions on the facing cell (read by the run as no answer: an error, left out of
+    accuracy)."""
 
     def respond(body: dict) -> replies.Reply:
         question = body["messages"][-1]["content"][-1]["text"]
@@ -80,14 +81,19 @@ def run_a(probe_set, chat_server, chat_endpoint) -> ProbeRun:
 
 
 def _expected(probe_set: ProbeSet, letter: str) -> dict[str, tuple[int, int, float]]:
-    """Per kind: (questions, right, chance as a fraction) for a run answering `letter`."""
+    """Per kind: (answered, right, chance as a fraction of those) for a run answering
+    `letter`; the facing questions, answered with no choice, are errors and not counted."""
     tally: dict[str, list] = defaultdict(lambda: [0, 0, 0.0])
     for q in ProbeQuestion.objects.filter(probe_set=probe_set):
         row = tally[q.kind]
+        if not _picked(q, letter):
+            continue
         row[0] += 1
         row[1] += _picked(q, letter) == q.answer
         row[2] += 1 / len(q.choices)
-    return {kind: (n, right, chance / n) for kind, (n, right, chance) in tally.items()}
+    return {
+        kind: (n, right, chance / n if n else 0.0) for kind, (n, right, chance) in tally.items()
+    }
 
 
 def _client_of(user) -> Client:
@@ -156,13 +162,31 @@ def test_it_lists_sets_and_runs_newest_first_with_their_accuracy(viewer_client, 
     text = _text(page)
     assert text.index(f"set {HOSTILE}") < text.index("the older set")
     questions = ProbeQuestion.objects.filter(probe_set=probe_set).count()
-    right = sum(n_right for _, n_right, _ in _expected(probe_set, "A").values())
+    expected = _expected(probe_set, "A")
+    right = sum(n_right for _, n_right, _ in expected.values())
+    answered = sum(n for n, _, _ in expected.values())
+    errors = questions - answered  # the facing questions, answered with no choice
+    assert errors == ProbeQuestion.objects.filter(probe_set=probe_set, kind="facing").count() > 0
     row = _text(re.search(rf'<tr data-run="{run_a.id}">(.*?)</tr>', page, re.DOTALL).group(1))
     assert f"{questions} / {questions}" in row
-    assert f"{100 * right / questions:.1f}%" in row
+    # Accuracy over the answered; the errors apart, with their share.
+    assert f" {100 * right / answered:.1f}% {errors} {100 * errors / questions:.1f}% " in row
     assert "done" in row
     # A viewer looks: no form to build a set.
     assert 'id="set-form"' not in page
+
+
+def test_the_list_names_only_the_kinds_a_set_has_questions_of(viewer_client, probe_set):
+    # Balanced, "is the player asleep" (always "no" in these short games) is left out.
+    batch_id = probe_set.questions.first().episode.batch_id
+    balanced = probe_set_create(
+        filters=TurnSelection(batches=(batch_id,)), kinds=["count", "asleep"], balance=True
+    )
+    assert set(balanced.questions.values_list("kind", flat=True)) == {"count"}
+    page = viewer_client.get(reverse("probes:probe_list")).content.decode()
+    row = page[page.index(f'<tr data-set="{balanced.id}">') :]
+    kinds = re.search(r'<td class="wrap small"[^>]*>(.*?)</td>', row).group(1)
+    assert kinds == "count"
 
 
 def test_a_sets_page_draws_its_right_answers_and_warns_where_one_wins(viewer_client, probe_set):
@@ -197,12 +221,18 @@ def test_a_runs_page_shows_accuracy_per_kind_against_chance(viewer_client, run_a
     page = viewer_client.get(reverse("probes:run_detail", args=[run_a.id])).content.decode()
     expected = _expected(run_a.probe_set, "A")
     for kind, (n, right, chance) in expected.items():
+        if kind == "facing":
+            continue
         row = _row(page, "kind-table", kind)
         assert row.startswith(f"{kind} {n} {right} {100 * right / n:.1f}%"), row
         assert f"{100 * chance:.1f}%" in row
-    # Every facing question was answered with a text naming no choice: 0% right.
-    facing_n = expected["facing"][0]
-    assert _row(page, "kind-table", "facing").startswith(f"facing {facing_n} 0 0.0%")
+        assert row.endswith(" 0"), row  # no error
+    # Every facing question was answered with a text naming no choice: errors, no accuracy,
+    # no verdict against chance.
+    facing = ProbeQuestion.objects.filter(probe_set=run_a.probe_set, kind="facing").count()
+    assert expected["facing"][0] == 0
+    row = _row(page, "kind-table", "facing")
+    assert row == f"facing 0 0 — — — nothing answered {facing} 100%", row
     # A chart (both layouts) and a confusion matrix per kind.
     assert page.count('<svg class="chart chart-wide"') == 1
     assert page.count('<svg class="chart chart-narrow"') == 1
@@ -211,13 +241,13 @@ def test_a_runs_page_shows_accuracy_per_kind_against_chance(viewer_client, run_a
 
 def test_a_runs_page_lists_its_wrong_answers_with_the_frame_escaped(viewer_client, run_a):
     url = reverse("probes:run_detail", args=[run_a.id])
-    wrong = [
-        q
-        for q in ProbeQuestion.objects.filter(probe_set=run_a.probe_set).order_by("index")
-        if _picked(q, "A") != q.answer
-    ]
+    questions = list(ProbeQuestion.objects.filter(probe_set=run_a.probe_set).order_by("index"))
+    # Wrong: a choice named, not the right one. The facing questions named none: errors.
+    wrong = [q for q in questions if _picked(q, "A") and _picked(q, "A") != q.answer]
+    errors = [q for q in questions if not _picked(q, "A")]
     page = viewer_client.get(url).content.decode()
     assert f'Wrong answers <span class="muted">{len(wrong)}</span>' in page
+    assert f'<option value="errors">errors ({len(errors)})</option>' in page
     cards = re.findall(r'<article class="answer card[^"]*" id="answer-(\d+)"', page)
     shown = ProbeAnswer.objects.filter(id__in=[int(i) for i in cards])
     assert {a.question_id for a in shown} == {q.id for q in wrong[: len(cards)]}
@@ -230,9 +260,15 @@ def test_a_runs_page_lists_its_wrong_answers_with_the_frame_escaped(viewer_clien
     assert html.escape(HOSTILE) in page
     # A viewer looks: no flag button, no note form.
     assert "data-flag" not in page and 'class="note-form"' not in page
-    # One kind, right answers only: the facing questions were all wrong.
+    # One kind, right answers only: the facing questions were all errors.
     page = viewer_client.get(url + "?show=right&kind=facing").content.decode()
     assert "answer card" not in page and "No right answers here." in page
+    page = viewer_client.get(url + "?show=errors&kind=facing").content.decode()
+    cards = re.findall(r'<article class="answer card[^"]*" id="answer-(\d+)"', page)
+    shown = ProbeAnswer.objects.filter(id__in=[int(i) for i in cards])
+    assert {a.question_id for a in shown} == {q.id for q in errors} and errors
+    assert all(a.error_kind == "unparsed" for a in shown)
+    assert HOSTILE not in page and f"{html.escape(HOSTILE)} maybe" in page
 
 
 def test_a_running_runs_page_refreshes_itself_until_it_ends(
@@ -455,23 +491,34 @@ def test_it_compares_two_runs_on_the_same_questions(
         reverse("probes:compare") + f"?runs={base.id},{other.id}"
     ).content.decode()
     questions = list(ProbeQuestion.objects.filter(probe_set=probe_set))
-    assert f"{len(questions)} questions answered by both" in _text(page)
-    for kind in {q.kind for q in questions}:
-        of_kind = [q for q in questions if q.kind == kind]
+    # The facing questions are errors in both runs: counted apart, out of every figure.
+    answered = [q for q in questions if q.kind != "facing"]
+    facing = len(questions) - len(answered)
+    assert f"{len(answered)} questions answered by both" in _text(page)
+    assert f"{facing} errored in both" in _text(page)
+    for kind in {q.kind for q in answered}:
+        of_kind = [q for q in answered if q.kind == kind]
         a_right = [_picked(q, "A") == q.answer for q in of_kind]
         b_right = [_picked(q, "B") == q.answer for q in of_kind]
         only_a = sum(a and not b for a, b in zip(a_right, b_right, strict=True))
         only_b = sum(b and not a for a, b in zip(a_right, b_right, strict=True))
+        both = sum(a and b for a, b in zip(a_right, b_right, strict=True))
         n = len(of_kind)
         row = _row(page, "compare-table", kind).split()
         assert row[0] == kind and row[1] == str(n)
         assert row[2] == f"{100 * sum(a_right) / n:.1f}%"
         assert row[4] == f"{100 * sum(b_right) / n:.1f}%"
-        assert row[-3:-1] == [str(only_a), str(only_b)], (kind, row)
         difference = 100 * (only_b - only_a) / n
         assert row[6] == (f"{difference:+.1f}".replace("-", "\u2212") if difference else "0.0")
+        outcomes = _row(page, "outcome-table", kind).split()
+        wrong = n - both - only_a - only_b
+        counts = [n, both, wrong, only_a, only_b, 0, 0, 0]
+        assert outcomes == [kind, *map(str, counts)], (kind, outcomes)
+    assert _row(page, "compare-table", "facing") == "facing 0 — — — — —"
+    counts = [facing, 0, 0, 0, 0, facing, 0, 0]
+    assert _row(page, "outcome-table", "facing").split() == ["facing", *map(str, counts)]
     differing = sum(
-        (_picked(q, "A") == q.answer) != (_picked(q, "B") == q.answer) for q in questions
+        (_picked(q, "A") == q.answer) != (_picked(q, "B") == q.answer) for q in answered
     )
     assert f'Right in one run, wrong in the other <span class="muted">{differing}</span>' in page
     assert page.count('<svg class="chart chart-wide"') == 1

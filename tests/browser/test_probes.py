@@ -63,9 +63,10 @@ def test_it_reviews_a_runs_wrong_answers_with_the_keys(
     studio_page: Page, live_server, chat_server, chat_endpoint, width: int
 ):
     run = _probe_run(chat_server, chat_endpoint)
+    # Wrong: a choice named, not the right one (the facing questions, named none, are errors).
     wrong = [
         a
-        for a in ProbeAnswer.objects.filter(run=run, correct=False)
+        for a in ProbeAnswer.objects.filter(run=run, correct=False, error_kind="")
         .select_related("question")
         .order_by("question__index")
     ]
@@ -102,9 +103,6 @@ def test_it_reviews_a_runs_wrong_answers_with_the_keys(
     )
     frame.scroll_into_view_if_needed()
     assert frame.evaluate("img => img.getBoundingClientRect().width") >= min(256, width - 80)
-    facing = page.locator("article.answer", has_text="player is facing").first
-    expect(facing.locator("pre.code")).to_contain_text(HOSTILE)
-    assert page.evaluate("() => document.querySelectorAll('img[src=x]').length") == 0
     _fits(page, width)
 
     # Keys: → to the second answer, f flags it, n writes a note, Ctrl+Enter saves it.
@@ -138,6 +136,13 @@ def test_it_reviews_a_runs_wrong_answers_with_the_keys(
     page.screenshot(path=str(shots / f"probe-run-{width}.png"), full_page=True)
     first.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / f"probe-answers-{width}.png"))
+
+    # The errors, apart: the hostile text naming no choice, shown as text.
+    page.goto(f"{live_server.url}/probes/runs/{run.id}/?show=errors&kind=facing")
+    facing = page.locator("article.answer", has_text="player is facing").first
+    expect(facing.locator("pre.code")).to_contain_text(HOSTILE)
+    assert page.evaluate("() => document.querySelectorAll('img[src=x]').length") == 0
+    _fits(page, width)
 
 
 @pytest.mark.parametrize("width", [360, 2560])
@@ -220,3 +225,87 @@ def test_a_user_builds_a_set_runs_a_model_on_the_workers_and_watches_it_end(
     expect(page.locator("[data-progress]")).to_have_text("55 / 55")
     expect(page.locator("[data-accuracy]")).to_have_text(f"{100 * right / 55:.1f}%")
     assert len(chat_server.requests) == 55
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_a_run_whose_every_answer_is_an_error_stands_apart_from_the_ranking(
+    studio_page: Page, live_server, chat_server, chat_endpoint, width: int
+):
+    """A server that answers every question with a tool call, beside one that answers: the
+    first is no blind model at 0%, it is listed apart, and the comparison says why."""
+    real = _probe_run(chat_server, chat_endpoint)
+    chat_server.responder = lambda body: replies.tool_call("noop")
+    blind = runs.probe_run_inline(
+        run=runs.probe_run_create(
+            probe_set=real.probe_set,
+            endpoint_name=chat_endpoint.name,
+            model="tool-caller",
+            enqueue=False,
+        ),
+        workers=1,
+    )
+    total = blind.questions_total
+    assert blind.status == ProbeRun.Status.DONE and blind.errors == total
+    # The real run's facing questions, answered with a text naming no choice, are its errors.
+    facing = ProbeQuestion.objects.filter(probe_set=real.probe_set, kind="facing").count()
+    assert real.errors == facing and 0 < facing < 0.2 * total
+
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in_reviewer(page, live_server.url, "/probes/leaderboard/", f"apart{width}")
+    board = page.locator(f"#set-{real.probe_set_id}")
+    ranked = board.locator("table[data-ranked] tbody tr[data-run]")
+    expect(ranked).to_have_count(1)
+    expect(ranked.first).to_have_attribute("data-run", str(real.id))
+    expect(ranked.first.locator("[data-errors]")).to_have_text(
+        f"{facing} {100 * facing / total:.1f}%".replace(".0%", "%")
+    )
+    unranked = board.locator("table[data-unranked] tbody tr[data-run]")
+    expect(unranked).to_have_count(1)
+    expect(unranked.first).to_have_attribute("data-run", str(blind.id))
+    expect(unranked.first.locator("[data-error-share]")).to_have_text(
+        f"100% errors {total} of {total}"
+    )
+    errors_header = board.locator("table[data-ranked] th", has_text="Errors")
+    errors_header.scroll_into_view_if_needed()
+    expect(errors_header).to_be_visible()
+    if width >= 1400:
+        # Every header of the ranking within its box: nothing cut at the right.
+        box = board.locator("table[data-ranked]").evaluate(
+            "t => [t.parentElement.clientWidth, t.scrollWidth]"
+        )
+        assert box[1] <= box[0], box
+    _fits(page, width)
+    page.screenshot(
+        path=str(screenshot_dir(docs=False) / f"probe-leaderboard-errors-{width}.png"),
+        full_page=True,
+    )
+
+    page.goto(f"{live_server.url}/probes/compare/?runs={real.id},{blind.id}")
+    paired = page.locator("#paired")
+    expect(paired.locator("[data-answered-by-both]")).to_have_text("0 questions answered by both")
+    expect(paired.locator("[data-both-errored]")).to_have_text(f"{facing} errored in both")
+    expect(paired.locator("[data-other-errored]")).to_have_text(
+        f"{total - facing} in #{blind.id} only"
+    )
+    every_kind = page.locator('#outcome-table tr[data-kind="all"] td')
+    expect(every_kind).to_have_text(
+        [str(total), "0", "0", "0", "0", str(facing), "0", str(total - facing)]
+    )
+    expect(page.locator("#differing")).to_contain_text("None: no question was answered by both.")
+    _fits(page, width)
+    page.screenshot(
+        path=str(screenshot_dir(docs=False) / f"probe-compare-errors-{width}.png"),
+        full_page=True,
+    )
+
+    # Its own page: a banner, not a red "below chance" on every kind.
+    page.goto(f"{live_server.url}/probes/runs/{blind.id}/")
+    expect(page.locator("#errors-over-limit")).to_contain_text(
+        f"{total} of {total} answers are errors (100%), more than 20%."
+    )
+    expect(page.locator("#kind-table .error")).to_have_count(0)
+    _fits(page, width)
+    page.screenshot(
+        path=str(screenshot_dir(docs=False) / f"probe-run-errors-{width}.png"), full_page=True
+    )
