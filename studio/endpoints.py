@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from studio.key_names import key_env_name_allowed
+from studio.model_names import allowed_model_names
 from studio.models import Endpoint
 
 logger = logging.getLogger(__name__)
@@ -117,11 +118,15 @@ def _read_fresh(asked: float, *, since: float) -> bool:
 
 
 def endpoint_check_model(*, endpoint: Endpoint, model: str) -> None:
-    if not endpoint.allows_model(model):
-        raise EndpointError(
-            f"model: {model!r} is not allowed on endpoint {endpoint.name!r}; "
-            f"allowed: {', '.join(endpoint.allowed_models)}"
-        )
+    if endpoint.allows_model(model):
+        return
+    names = allowed_model_names(endpoint.allowed_models)
+    allowed = (
+        f"allowed: {', '.join(names)}"
+        if names
+        else "its allowed models cannot be read; an admin corrects them under /admin/"
+    )
+    raise EndpointError(f"model: {model!r} is not allowed on endpoint {endpoint.name!r}; {allowed}")
 
 
 def endpoint_api_key(endpoint: Endpoint) -> str:
