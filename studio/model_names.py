@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import NotSupportedError
 from django.db.models import BooleanField, Func
 
 MAX_ALLOWED_MODELS = 50
@@ -70,6 +71,9 @@ class AllowedModelsValid(Func):
         'strict $[*] ? (@.type() != "string" || '
         f'!(@ like_regex "^[^[:cntrl:]]{{1,{MODEL_NAME_MAX_CHARS}}}$"))'
     )
+
+    def as_sql(self, compiler, connection, **extra_context):
+        raise NotSupportedError(f"allowed models: no check written for {connection.vendor}")
 
     def as_postgresql(self, compiler, connection, **extra_context):
         column, params = compiler.compile(self.get_source_expressions()[0])
