@@ -6,7 +6,8 @@ can), the same limiter (concurrency and requests per minute per endpoint, across
 in Redis), the same retries and backoff for 429, 5xx, timeouts and drops, the same
 fail-fast rules (`PolicyUnavailable`: unreachable from the start, 401/403/404 on the first
 answer, or `STUDIO_OPENAI_MAX_FAILED_TURNS` questions in a row failed after their retries),
-the same key handling (an admin-named endpoint's key to that endpoint's URL only), and the
+the same key handling (an admin-named endpoint's key to that endpoint's URL only, and to
+no request after an admin disabled it: the chunk and its run fail with one line), and the
 same reading of a hostile answer (`read_answer`: NUL, lone surrogates and oversize fields
 cleaned and counted as bad output). The body holds no tool: the model answers in text, which
 `probes.prompting.parse_choice` reads.

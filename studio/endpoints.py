@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import QuerySet
 
 from studio.key_names import key_env_name_allowed
+from studio.model_names import allowed_model_names
 from studio.models import Endpoint
 
 logger = logging.getLogger(__name__)
@@ -62,12 +66,67 @@ def endpoint_get(*, name: str, kind: str) -> Endpoint:
     return endpoint
 
 
+# How old a read of an endpoint may be for a call that sends its key: an admin's disable
+# reaches the calls in flight within this (and after at most one more call each).
+ENDPOINT_RECHECK_SECONDS = 1.0
+
+_endpoints_read: dict[str, tuple[float, Endpoint | None]] = {}
+_endpoints_read_lock = threading.Lock()
+
+
+def endpoint_read_since(*, name: str, since: float) -> Endpoint | None:
+    """The endpoint named `name` (None when there is none) as the database had it at a moment
+    after `since` (a `time.monotonic()`) and at most `ENDPOINT_RECHECK_SECONDS` ago.
+
+    Asked before every request that carries an endpoint's key. One read serves every thread
+    of the process whose `since` it follows, so 64 episodes on one endpoint cost a few small
+    queries a second, not one a call; a caller passing the moment of its previous request
+    never sends two requests on a read older than the first of them. Only the fields a call
+    needs are read; the instance is not for saving.
+    """
+    read = _endpoints_read.get(name)
+    if read is not None and _read_fresh(read[0], since=since):
+        return read[1]
+    with _endpoints_read_lock:
+        read = _endpoints_read.get(name)  # another thread may have read it meanwhile
+        if read is not None and _read_fresh(read[0], since=since):
+            return read[1]
+        asked = time.monotonic()  # the row seen is as it was at this moment or later
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT kind, base_url, api_key_env, enabled FROM {Endpoint._meta.db_table} "
+                "WHERE name = %s",
+                [name],
+            )
+            row = cursor.fetchone()
+        endpoint = None
+        if row is not None:
+            kind, base_url, api_key_env, enabled = row
+            endpoint = Endpoint(
+                name=name,
+                kind=kind,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                enabled=bool(enabled),
+            )
+        _endpoints_read[name] = (asked, endpoint)
+        return endpoint
+
+
+def _read_fresh(asked: float, *, since: float) -> bool:
+    return asked >= since and time.monotonic() - asked <= ENDPOINT_RECHECK_SECONDS
+
+
 def endpoint_check_model(*, endpoint: Endpoint, model: str) -> None:
-    if not endpoint.allows_model(model):
-        raise EndpointError(
-            f"model: {model!r} is not allowed on endpoint {endpoint.name!r}; "
-            f"allowed: {', '.join(endpoint.allowed_models)}"
-        )
+    if endpoint.allows_model(model):
+        return
+    names = allowed_model_names(endpoint.allowed_models)
+    allowed = (
+        f"allowed: {', '.join(names)}"
+        if names
+        else "its allowed models cannot be read; an admin corrects them under /admin/"
+    )
+    raise EndpointError(f"model: {model!r} is not allowed on endpoint {endpoint.name!r}; {allowed}")
 
 
 def endpoint_api_key(endpoint: Endpoint) -> str:

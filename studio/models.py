@@ -12,6 +12,12 @@ from django.db import models
 from django.db.models import Q
 
 from studio.key_names import key_env_name_validate
+from studio.model_names import (
+    ALLOWED_MODELS_HELP,
+    AllowedModelsValid,
+    allowed_model_names,
+    allowed_models_problem,
+)
 
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name, such as OPENAI_API_KEY."
@@ -62,11 +68,7 @@ class Endpoint(models.Model):
         "(by default, names ending in _KEY) and not be one of the server's own secrets. "
         "Empty: no key is sent.",
     )
-    allowed_models = models.JSONField(
-        default=list,
-        blank=True,
-        help_text='Model ids users may pick, e.g. ["gpt-4o-mini"]; empty allows any.',
-    )
+    allowed_models = models.JSONField(default=list, blank=True, help_text=ALLOWED_MODELS_HELP)
     concurrency = models.PositiveIntegerField(
         default=4, help_text="Default for model requests in flight, across all workers."
     )
@@ -103,6 +105,9 @@ class Endpoint(models.Model):
                 ),
                 name="endpoint_prices_both_in_range",
             ),
+            models.CheckConstraint(
+                condition=AllowedModelsValid("allowed_models"), name="endpoint_allowed_models_names"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -110,6 +115,11 @@ class Endpoint(models.Model):
 
     def clean(self) -> None:
         super().clean()
+        errors = {}
+        # Here, not as the field's validator: Django skips those for `null` and `{}`.
+        problem = allowed_models_problem(self.allowed_models)
+        if problem is not None:
+            errors["allowed_models"] = problem
         # One price without the other would show a spend that leaves out half the tokens.
         prices = {
             "input_price_per_million": self.input_price_per_million,
@@ -117,12 +127,13 @@ class Endpoint(models.Model):
         }
         missing = [name for name, price in prices.items() if price is None]
         if len(missing) == 1:
-            raise ValidationError(
-                {missing[0]: "Give both prices (input and output), or leave both empty."}
-            )
+            errors[missing[0]] = "Give both prices (input and output), or leave both empty."
+        if errors:
+            raise ValidationError(errors)
 
     def allows_model(self, model: str) -> bool:
-        return not self.allowed_models or model in self.allowed_models
+        names = allowed_model_names(self.allowed_models)
+        return names is not None and (not names or model in names)
 
 
 class LoginFailure(models.Model):

@@ -20,7 +20,7 @@ from probes.services import probe_set_create
 from rollouts.models import Frame
 from rollouts.review.turn_selection import TurnSelection
 from rollouts.tests import openai_server as replies
-from rollouts.tests.helpers import record_batch
+from rollouts.tests.helpers import EndpointDisabler, record_batch
 from studio.models import Endpoint
 
 pytestmark = pytest.mark.django_db
@@ -364,3 +364,29 @@ def test_it_keeps_to_the_endpoints_requests_per_minute(small_set, chat_server, c
     # few ms each.)
     assert len(arrived) == run.questions_total >= 8
     assert all(at - began >= i * 0.05 for i, at in enumerate(arrived))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_the_key_at_most_once_after_the_endpoint_is_disabled(
+    small_set, chat_server, chat_endpoint
+):
+    chat_server.delay = 0.2  # a model taking its time: the disable lands mid-question
+    chat_server.default = replies.text("A")
+    assert ProbeQuestion.objects.filter(probe_set=small_set).count() >= 8
+    run = runs.probe_run_create(
+        probe_set=small_set,
+        endpoint_name=chat_endpoint.name,
+        model="vlm-test",
+        concurrency=1,
+        enqueue=False,
+    )
+    admin = EndpointDisabler(server=chat_server, endpoint=chat_endpoint, after_requests=3)
+
+    run = runs.probe_run_inline(run=run)
+
+    assert len(admin.requests_after(KEY)) <= 1
+    assert 3 <= len(chat_server.requests) <= 4
+    chunk = run.chunks.get()
+    assert run.status == chunk.status == "failed"
+    assert run.error == chunk.error == "endpoint 'local-test' was disabled by an admin"
+    assert 3 <= run.answered <= 4  # what was asked before it is kept

@@ -6,6 +6,11 @@ the admin named) to that URL and nowhere else. `rollout --base-url URL` is for o
 URL no endpoint has is played with the command's own `OPENAI_API_KEY` when it plays
 `--inline`, and with no key at all on a worker (fine for vLLM or Ollama). A URL an endpoint
 has always goes with that endpoint's key.
+
+An admin who disables an endpoint (a leaked key, a bill running) stops its key at once: a
+call that carries it asks `connection_check` before each request, the first and every
+retry, and the episode or probe chunk fails with one line once the endpoint is disabled,
+removed, moved to another URL or given another key.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.rollout_settings import RolloutSettings
-from studio.endpoints import endpoint_api_key, endpoint_enabled_first
+from studio.endpoints import endpoint_api_key, endpoint_enabled_first, endpoint_read_since
 from studio.models import Endpoint
 
 
@@ -24,6 +29,10 @@ class ModelConnection:
     base_url: str
     api_key: str  # "" when no key goes with the calls
     label: str  # how errors name the endpoint: its name, or the URL given on the command line
+    # The admin-named endpoint whose key this is, and the variable it was read from; ""
+    # when no endpoint's key goes with the calls (a URL given on the command line).
+    endpoint: str = ""
+    api_key_env: str = ""
 
 
 def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> ModelConnection:
@@ -32,7 +41,7 @@ def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> Mod
         # passes a URL) still gets the key of the endpoint an admin named for that URL.
         named = chat_endpoint_with_url(settings.base_url) if settings.base_url else None
         if named is not None:
-            return ModelConnection(named.base_url, endpoint_api_key(named), repr(named.name))
+            return _endpoint_connection(named)
         return ModelConnection(settings.base_url, cli_api_key, settings.base_url or "(default)")
     name = settings.endpoint
     endpoint = endpoint_enabled_first(kind=Endpoint.Kind.CHAT, name=name)
@@ -44,7 +53,46 @@ def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> Mod
             f"model endpoint {name!r} points elsewhere than when this batch was created; "
             "start a new batch"
         )
-    return ModelConnection(endpoint.base_url, endpoint_api_key(endpoint), repr(name))
+    return _endpoint_connection(endpoint)
+
+
+def _endpoint_connection(endpoint: Endpoint) -> ModelConnection:
+    return ModelConnection(
+        base_url=endpoint.base_url,
+        api_key=endpoint_api_key(endpoint),
+        label=repr(endpoint.name),
+        endpoint=endpoint.name,
+        api_key_env=endpoint.api_key_env,
+    )
+
+
+def connection_check(connection: ModelConnection, *, since: float) -> None:
+    """Raise `PolicyUnavailable` when the endpoint whose key `connection` holds may no longer
+    get it; `since` is when the caller's previous request left (`time.monotonic()`).
+
+    Its key goes nowhere once the endpoint is disabled, removed, or points to another URL.
+    Nor once an admin names another key variable: the key in hand is then one the admin
+    stopped pairing with this URL (rotated out, most likely, because it leaked), and an
+    episode is not switched to a new key half-way (another account, another bill); a new
+    batch starts on the new one. Two variables holding the same key change nothing.
+    """
+    if not connection.endpoint:
+        return
+    endpoint = endpoint_read_since(name=connection.endpoint, since=since)
+    if endpoint is None or endpoint.kind != Endpoint.Kind.CHAT:
+        change = "removed"
+    elif not endpoint.enabled:
+        change = "disabled"
+    elif endpoint.base_url != connection.base_url:
+        change = "moved to another URL"
+    elif (
+        endpoint.api_key_env != connection.api_key_env
+        and endpoint_api_key(endpoint) != connection.api_key
+    ):
+        change = "given another key"
+    else:
+        return
+    raise PolicyUnavailable(f"endpoint {connection.endpoint!r} was {change} by an admin")
 
 
 def chat_endpoint_with_url(base_url: str) -> Endpoint | None:

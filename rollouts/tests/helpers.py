@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
+from django.db import connection
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
+from studio.models import Endpoint
 
 # The statuses a batch stops in: what a test waits for (`studio.testing.wait_for_row`).
 BATCH_ENDS = (
@@ -69,3 +73,41 @@ def seed_episode(*, turns: int, observation: str, model_text: str) -> Episode:
     Episode.objects.filter(id=episode.id).update(status=Episode.Status.FINISHED, steps=turns)
     episode.refresh_from_db()
     return episode
+
+
+class EndpointDisabler:
+    """An admin disabling `endpoint` from a thread of its own (its own connection, so the
+    change is committed as a web request's would be) once `server` has received
+    `after_requests` requests, while it answers the last of them.
+
+    `at` is the moment the disable had committed; `requests_after(key)` the requests
+    carrying `Authorization: Bearer <key>` that arrived later. Needs a transactional test.
+    """
+
+    def __init__(self, *, server, endpoint, after_requests: int) -> None:
+        self.server, self.endpoint, self.after_requests = server, endpoint, after_requests
+        self.at: float | None = None
+        self._thread = threading.Thread(target=self._disable, daemon=True)
+        self._thread.start()
+
+    def _disable(self) -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while len(self.server.requests) < self.after_requests:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.005)
+            Endpoint.objects.filter(id=self.endpoint.id).update(enabled=False)
+            self.at = time.monotonic()
+        finally:
+            connection.close()
+
+    def requests_after(self, key: str) -> list:
+        self._thread.join(timeout=60)
+        assert self.at is not None, "the endpoint was never disabled"
+        bearer = f"Bearer {key}"
+        return [
+            received
+            for received in self.server.requests
+            if received.at > self.at and received.headers.get("authorization") == bearer
+        ]

@@ -17,6 +17,7 @@ import functools
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpcore2
@@ -144,13 +145,24 @@ class DeadlineTransport(httpx2.BaseTransport):
         self._inner.close()
 
 
-def provider_http_client(*, client_class: type[httpx2.Client] = httpx2.Client) -> httpx2.Client:
-    """An HTTP client for a provider: never follows a redirect, deadlines, bounded bodies."""
+def provider_http_client(
+    *,
+    client_class: type[httpx2.Client] = httpx2.Client,
+    before_request: Callable[[], None] | None = None,
+) -> httpx2.Client:
+    """An HTTP client for a provider: never follows a redirect, deadlines, bounded bodies.
+
+    `before_request` is called before every request leaves, each retry included; what it
+    raises stops that request unsent (an endpoint an admin disabled gets no more of its key).
+    """
+    hooks: dict[str, list[Callable[..., Any]]] = {
+        "response": [bounded_body_hook(max_bytes=MAX_ANSWER_BYTES, timeout=call_seconds())]
+    }
+    if before_request is not None:
+        hooks["request"] = [lambda request: before_request()]
     return client_class(
         transport=DeadlineTransport(),
         follow_redirects=False,
         timeout=httpx2.Timeout(call_seconds()),
-        event_hooks={
-            "response": [bounded_body_hook(max_bytes=MAX_ANSWER_BYTES, timeout=call_seconds())]
-        },
+        event_hooks=hooks,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
@@ -155,7 +155,14 @@ def _calling(what: str) -> Iterator[None]:
 class OpenAIProvider:
     name = "openai"
 
-    def __init__(self, *, base_url: str, api_key: str, max_retries: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        max_retries: int | None = None,
+        before_request: Callable[[], None] | None = None,
+    ) -> None:
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         retries = settings.STUDIO_TRAINING_MAX_RETRIES if max_retries is None else max_retries
         self._client = openai.OpenAI(
@@ -165,7 +172,9 @@ class OpenAIProvider:
             max_retries=retries,
             timeout=call_seconds(),
             # No redirect is followed; each request's timeout bounds all of it.
-            http_client=provider_http_client(client_class=openai.DefaultHttpxClient),
+            http_client=provider_http_client(
+                client_class=openai.DefaultHttpxClient, before_request=before_request
+            ),
         )
 
     def plan(

@@ -13,7 +13,7 @@ import random
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -123,13 +123,20 @@ def job_body(spec: JobSpec) -> dict[str, Any]:
 class SynthProvider:
     name = "synth"
 
-    def __init__(self, *, base_url: str, api_key: str, max_retries: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        max_retries: int | None = None,
+        before_request: Callable[[], None] | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.max_retries = (
             settings.STUDIO_TRAINING_MAX_RETRIES if max_retries is None else max_retries
         )
-        self._http = provider_http_client()
+        self._http = provider_http_client(before_request=before_request)
 
     # -- requests ------------------------------------------------------------------------
 

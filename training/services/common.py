@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.utils import timezone
 
 from curation.models import DatasetVersion
-from studio.endpoints import endpoint_api_key, endpoint_get
+from studio.endpoints import endpoint_api_key, endpoint_get, endpoint_read_since
 from studio.jobs import error_cut
 from studio.models import Endpoint
 from training.config import TrainingConfig
@@ -80,32 +82,65 @@ def _api_key(job: TrainingJob) -> str:
     """
     if job.endpoint_name:
         endpoint = Endpoint.objects.filter(name=job.endpoint_name, kind=job.provider).first()
-        if endpoint is None or endpoint.base_url.rstrip("/") != job.base_url.rstrip("/"):
-            raise EndpointStopped(
-                f"endpoint {job.endpoint_name!r} is gone or now points elsewhere; "
-                "its key is not sent to the job's old URL"
-            )
-        if not endpoint.enabled:
-            raise EndpointStopped(
-                f"endpoint {job.endpoint_name!r} was disabled by an admin; nothing is sent "
-                "with its key, so the studio stopped following this job"
-            )
-        return endpoint_api_key(endpoint)
+        return endpoint_api_key(_endpoint_still_usable(job, endpoint))
     if job.api_key_env not in KEY_ENV.values():
         return ""
     return os.environ.get(job.api_key_env, "")
+
+
+def _endpoint_still_usable(job: TrainingJob, endpoint: Endpoint | None) -> Endpoint:
+    """The job's endpoint; `EndpointStopped` when it may no longer get its key."""
+    if (
+        endpoint is None
+        or endpoint.kind != job.provider
+        or endpoint.base_url.rstrip("/") != job.base_url.rstrip("/")
+    ):
+        raise EndpointStopped(
+            f"endpoint {job.endpoint_name!r} is gone or now points elsewhere; "
+            "its key is not sent to the job's old URL"
+        )
+    if not endpoint.enabled:
+        raise EndpointStopped(
+            f"endpoint {job.endpoint_name!r} was disabled by an admin; nothing is sent "
+            "with its key, so the studio stopped following this job"
+        )
+    return endpoint
 
 
 class EndpointStopped(ProviderError):
     """The job's endpoint may no longer be used: nothing more is sent for this job."""
 
 
+def _key_watch(job: TrainingJob, api_key: str) -> Callable[[], None] | None:
+    """What a provider calls before each request of a job that holds an endpoint's key: the
+    endpoint is read again (after the previous request, within a second or so), so a poll,
+    an upload's retries or a submission's steps stop at once when an admin disables it."""
+    if not job.endpoint_name:
+        return None
+    sent_at = time.monotonic()
+
+    def before_request() -> None:
+        nonlocal sent_at
+        endpoint = endpoint_read_since(name=job.endpoint_name, since=sent_at)
+        if endpoint_api_key(_endpoint_still_usable(job, endpoint)) != api_key:
+            # The job goes on with the new key from its next call; this one is not sent.
+            raise ProviderError(
+                f"endpoint {job.endpoint_name!r} was given another key by an admin",
+                retryable=True,
+            )
+        sent_at = time.monotonic()
+
+    return before_request
+
+
 def _provider(job: TrainingJob, *, max_retries: int | None = None) -> Provider:
+    api_key = _api_key(job)
     return provider_for(
         name=job.provider,
         base_url=job.base_url,
-        api_key=_api_key(job),
+        api_key=api_key,
         max_retries=max_retries,
+        before_request=_key_watch(job, api_key),
     )
 
 

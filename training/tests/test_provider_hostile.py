@@ -14,14 +14,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from studio.models import Endpoint
 from studio.testing import wait_for_row, wait_until
 from training import services
 from training.models import TrainingEvent, TrainingJob
 from training.submission import submission_build
-from training.tests.conftest import SYNTH_KEY
+from training.tests.conftest import OPENAI_KEY, SYNTH_KEY
 from training.tests.servers import Tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -198,6 +198,73 @@ def test_it_sends_nothing_with_a_disabled_endpoints_key(synth_server, train_vers
     assert len(synth_server.requests) == before
 
 
+class DisableDuring:
+    """An admin disabling endpoint `name` (committed, from the provider's own thread) while
+    the provider receives the first `method` request to a path with `path_part`; that
+    request is then answered as usual. `after(key)`: requests carrying `key` that arrived
+    once the disable had committed."""
+
+    def __init__(self, server, name: str, *, method: str, path_part: str) -> None:
+        self.server, self.name, self.method, self.path_part = server, name, method, path_part
+        self.seen: int | None = None
+        server.override = self.answer
+
+    def answer(self, handler, method: str, path: str) -> bool:
+        if self.seen is None and method == self.method and self.path_part in path:
+            try:
+                Endpoint.objects.filter(name=self.name).update(enabled=False)
+            finally:
+                connection.close()
+            self.seen = len(self.server.requests)  # this request included
+        return False
+
+    def after(self, key: str) -> list[dict]:
+        assert self.seen is not None, "the endpoint was never disabled"
+        return [
+            r for r in self.server.requests[self.seen :] if r["authorization"] == f"Bearer {key}"
+        ]
+
+
+def test_it_sends_the_key_at_most_once_after_a_disable_in_the_middle_of_a_poll(
+    synth_server, train_version
+):
+    Endpoint.objects.create(
+        name="synth-prod", kind="synth", base_url=synth_server.base_url, api_key_env="SYNTH_API_KEY"
+    )
+    job = submitted(synth_server, train_version, endpoint="synth-prod")
+    admin = DisableDuring(synth_server, "synth-prod", method="GET", path_part="/learning/jobs/")
+
+    assert poll(job) == "failed"
+
+    assert len(admin.after(SYNTH_KEY)) <= 1
+    assert job.status == "failed"
+    assert job.error.startswith("endpoint 'synth-prod' was disabled by an admin")
+    assert len(job.error.splitlines()) == 1
+
+
+@pytest.mark.parametrize("provider", ["synth", "openai"])
+def test_it_sends_the_key_at_most_once_after_a_disable_in_the_middle_of_a_submission(
+    synth_server, openai_server, train_version, provider
+):
+    server, key, variable = {
+        "synth": (synth_server, SYNTH_KEY, "SYNTH_API_KEY"),
+        "openai": (openai_server, OPENAI_KEY, "OPENAI_API_KEY"),
+    }[provider]
+    Endpoint.objects.create(
+        name="prod", kind=provider, base_url=server.base_url, api_key_env=variable
+    )
+    job = make_job(server, train_version, provider=provider, endpoint="prod")
+    admin = DisableDuring(server, "prod", method="POST", path_part="/files")
+
+    assert services.training_job_submit(job_id=job.id) == "failed"
+
+    assert len(admin.after(key)) <= 1
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert job.error.startswith("endpoint 'prod' was disabled by an admin")
+    assert not job.remote_job_id
+
+
 # -- 2. slow, huge or hostile -------------------------------------------------------------
 
 
@@ -364,10 +431,10 @@ def test_an_answer_over_the_size_cap_is_refused(synth_server, train_version, mon
     assert job.poll_failures == 1
 
 
-def _small_client():
+def _small_client(**options):
     from training.providers.http import provider_http_client
 
-    return provider_http_client()
+    return provider_http_client(**options)
 
 
 def test_a_job_succeeded_without_a_model_keeps_asking_then_says_so(

@@ -26,6 +26,10 @@ Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
   (`invalid_response`, `answer_too_large`, `truncated_answer`, `invalid_text`).
 * The URL and key come from `rollouts.policies.endpoints`: an admin-named endpoint's key goes
   to that endpoint's URL only. Connection errors say "unreachable" and nothing more.
+* The endpoint is read again before every request, the first and each retry (one read a
+  second or so serves the process): once an admin disabled, removed or moved it or gave it
+  another key, `PolicyUnavailable` says so in one line ("endpoint 'x' was disabled by an
+  admin") and no request carries its key any more.
 * An endpoint that cannot be reached on the episode's first call (after a short bounded
   retry), or that rejects it as misconfigured (401, 403, 404), raises `PolicyUnavailable`:
   the batch fails in seconds with one clear error. So does an endpoint that fails

@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 
 from rollouts.game.tools import INTERACT_MANY_TOOL
 from rollouts.policies.base import Decision, Observation, PolicyUnavailable, policy_seed
-from rollouts.policies.endpoints import model_connection
+from rollouts.policies.endpoints import connection_check, model_connection
 from rollouts.policies.openai.answers import read_answer
 from rollouts.policies.openai.messages import ImageUrls, build_messages
 from rollouts.policies.openai.transport import (
@@ -125,6 +125,8 @@ class OpenAIPolicy:
         # command's own key for the URL its operator typed, when it plays inline).
         self.connection = model_connection(settings, cli_api_key=cli_api_key)
         self._api_key = self.connection.api_key or PLACEHOLDER_API_KEY
+        # When the previous request left: the endpoint is read again after it, before the next.
+        self._sent_at = time.monotonic()
         self.client = client or shared_client(
             base_url=self.connection.base_url,
             api_key=self._api_key,
@@ -214,6 +216,7 @@ class OpenAIPolicy:
             wait: float | None = None
             try:
                 with self.limiter.slot():
+                    self._endpoint_check(decision)
                     started = time.monotonic()
                     decision.model_called = True
                     body = self._post(messages)
@@ -275,6 +278,17 @@ class OpenAIPolicy:
             transient_retries += 1
             decision.retries += 1
             time.sleep(self._backoff(transient_retries, wait))
+
+    def _endpoint_check(self, decision: Decision) -> None:
+        """Before every request, the first and each retry, after any wait for the limiter: an
+        endpoint an admin disabled (or moved, or gave another key) gets no more of its key."""
+        try:
+            connection_check(self.connection, since=self._sent_at)
+        except PolicyUnavailable:
+            if decision.model_called:
+                decision.retries -= 1  # counted when it was planned; never sent
+            raise
+        self._sent_at = time.monotonic()
 
     def _post(self, messages: list[dict[str, Any]]) -> bytes:
         # `chat.completions.create` with the same body, minus its per-call parameter
