@@ -180,6 +180,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     app.conf.task_default_queue = vlm.QUEUE
+    django.conf.settings.STUDIO_MODEL_QUEUE = vlm.QUEUE  # where probe chunks are sent
     app.control.purge()
 
     # The frames the set is made of: scripted episodes, recorded here, untimed.

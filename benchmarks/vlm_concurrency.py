@@ -364,6 +364,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     app.conf.task_default_queue = QUEUE
+    django.conf.settings.STUDIO_MODEL_QUEUE = QUEUE  # where model episodes are sent
     app.control.purge()
 
     server = Endpoint(delay=DELAY)

@@ -9,7 +9,7 @@ from django import forms
 
 from evaluation.services import MAX_HELD_OUT_SEEDS
 from rollouts.forms_settings import settings_form_field
-from studio.endpoints import endpoints_enabled
+from studio.endpoints import endpoint_preselected, endpoints_enabled
 from studio.models import Endpoint
 
 DEFAULT_HELD_OUT_SEEDS = 20
@@ -38,5 +38,4 @@ class EvaluateForm(forms.Form):
         super().__init__(*args, **kwargs)
         field = self.fields["endpoint"]
         field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
-        default = field.queryset.filter(name="default").first()
-        field.initial = default.name if default is not None else None
+        field.initial = endpoint_preselected(kind=Endpoint.Kind.CHAT)

@@ -13,7 +13,7 @@ from probes.questions import KINDS
 from rollouts.models import RolloutBatch
 from rollouts.review.services import NOTE_MAX_LENGTH
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection
-from studio.endpoints import endpoints_enabled
+from studio.endpoints import endpoint_preselected, endpoints_enabled
 from studio.models import Endpoint
 
 # Bounds a person meets in a form; the command takes the same (probes.services checks them).
@@ -123,8 +123,7 @@ class ProbeRunForm(forms.Form):
         super().__init__(*args, **kwargs)
         field = self.fields["endpoint"]
         field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
-        default = field.queryset.filter(name="default").first()
-        field.initial = default.name if default is not None else None
+        field.initial = endpoint_preselected(kind=Endpoint.Kind.CHAT)
 
 
 class FlagForm(forms.Form):

@@ -24,5 +24,6 @@ PROBE_CHUNK = register(
         task="probes.tasks.probe_chunk_run",
         stale_setting="STUDIO_PROBE_CHUNK_STALE_SECONDS",
         rows=_of_open_runs,
+        calls_model=True,  # every question is a model call
     )
 )

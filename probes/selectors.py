@@ -15,6 +15,7 @@ from django.db.models import Count, Min, Q, QuerySet
 from probes import results
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
 from probes.runs import run_answer_records
+from studio.jobs import most_at_once
 
 # One answer wins at least this share of a kind: the kind measures little (issue 33).
 DOMINANT_SHARE = 0.8
@@ -36,6 +37,12 @@ def runs_newest(*, probe_set: ProbeSet | None = None) -> QuerySet[ProbeRun]:
 
 def set_get(*, set_id: int) -> ProbeSet:
     return ProbeSet.objects.get(id=set_id)
+
+
+def run_questions_at_once(*, run: ProbeRun) -> int:
+    """How many questions the run had in flight at once, at most: a chunk asks one at a
+    time, so as many as chunks asked at once (`studio.jobs.most_at_once`)."""
+    return most_at_once(run.chunks.all())
 
 
 def run_get(*, run_id: int) -> ProbeRun:

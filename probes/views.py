@@ -264,6 +264,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "probes/run_detail.html",
         {
             **_run_body(run, active),
+            "at_once": selectors.run_questions_at_once(run=run),
             "answers": page,
             "show": show,
             "shows": selectors.ANSWER_SHOWS,

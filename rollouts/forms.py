@@ -15,7 +15,12 @@ from rollouts.rollout_settings import (
     SettingsError,
     options,
 )
-from studio.endpoints import EndpointError, endpoint_check_model, endpoints_enabled
+from studio.endpoints import (
+    EndpointError,
+    endpoint_check_model,
+    endpoint_preselected,
+    endpoints_enabled,
+)
 from studio.models import Endpoint
 
 # Every option RolloutSettings declares for the page, its field made from the declaration.
@@ -76,8 +81,7 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         field = self.fields["endpoint"]
         field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
         if not self.initial.get("endpoint"):
-            default = field.queryset.filter(name="default").first()
-            field.initial = default.name if default is not None else None
+            field.initial = endpoint_preselected(kind=Endpoint.Kind.CHAT)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -14,6 +14,12 @@ def _played_by_workers() -> QuerySet:
     return Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
 
 
+def _calling_a_model() -> QuerySet:
+    # The openai policy's turns are model calls (`OpenAIPolicy.calls_model`): its episodes
+    # wait on the network, the baselines' on the cores.
+    return Episode.objects.filter(batch__policy=RolloutBatch.Policy.OPENAI)
+
+
 def _waiting_to_be_played() -> QuerySet:
     # A failed batch stopped: its pending episodes are not sent again.
     return _played_by_workers().exclude(batch__status=RolloutBatch.Status.FAILED)
@@ -32,6 +38,7 @@ EPISODE = register(
         rows=_played_by_workers,
         waiting_rows=_waiting_to_be_played,
         created_field="batch__created_at",
+        calls_model=_calling_a_model,
     )
 )
 

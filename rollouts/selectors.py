@@ -27,6 +27,7 @@ from rollouts.game.scoring import crafter_score, score_percent, success_rates
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recording.recorder import EPISODE_COUNTERS, batch_counters_of
 from rollouts.selectors_spend import batch_prices, batch_spend
+from studio.jobs import most_at_once
 from studio.models import Endpoint
 from studio.spend import spend_json
 
@@ -175,8 +176,20 @@ def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
             value = data.get(key, "")
             if key == "requests_per_minute" and not value:
                 value, unit = "no limit", ""
+            if key == "concurrency" and value != "":
+                value, unit = _concurrency_got(batch=batch, requested=value), ""
             rows.append((label, f"{value}{unit}" if value != "" else "—"))
     return rows
+
+
+def _concurrency_got(*, batch: RolloutBatch, requested: int) -> str:
+    """The concurrency asked for, and the one the workers gave: each episode makes one call
+    at a time, so as many episodes at once as calls in flight (`studio.jobs.most_at_once`)."""
+    text = f"{requested} requested"
+    at_once = most_at_once(Episode.objects.filter(batch=batch))
+    if at_once:
+        text += f"; at most {at_once} episode{'' if at_once == 1 else 's'} played at once"
+    return text
 
 
 def frame_exists(*, sha256: str) -> bool:

@@ -105,7 +105,21 @@ def batch_estimate(request: HttpRequest) -> HttpResponse:
 
 def _estimate(form: BatchCreateForm) -> dict[str, object]:
     if not form.is_valid():
-        return {"incomplete": True}
+        # Each field still wrong, named: the box lists them and the form marks them
+        # (rollouts/batch_form.js) before anything is sent.
+        errors = [
+            {
+                "name": name,
+                "label": form[name].label if name in form.fields else "Form",
+                "messages": list(messages),
+            }
+            for name, messages in form.errors.items()
+        ]
+        return {
+            "incomplete": True,
+            "errors": errors,
+            "by_field": {e["name"]: e["messages"] for e in errors},
+        }
     return {"batch": selectors_spend.batch_estimate(settings=form.rollout_settings)}
 
 

@@ -2,10 +2,14 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-def _seed_endpoints(sender, **kwargs) -> None:
+def _seed_endpoints(sender, stdout=None, **kwargs) -> None:
+    import sys
+
     from studio.endpoints import endpoints_seed_defaults
 
-    endpoints_seed_defaults()
+    # Said at every verbosity (`make demo` migrates with -v0): calls may be billed there.
+    out = stdout or sys.stdout
+    endpoints_seed_defaults(say=lambda line: out.write(line + "\n"))
 
 
 def _name_worker(sender=None, **kwargs) -> None:

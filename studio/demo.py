@@ -1,4 +1,4 @@
-"""`make demo`'s last step: the studio, a worker and the scheduler, stopped together by Ctrl-C.
+"""`make demo`'s last step: the studio, two workers and the scheduler, stopped together by Ctrl-C.
 
 Each child runs in a session of its own, so the terminal's Ctrl-C reaches only this process,
 which stops them in order: TERM to each child's whole process group (a worker's pool
@@ -26,6 +26,13 @@ STOP_SECONDS = 3.0
 # How long Ctrl-C waits for the database to say what was interrupted before it says nothing.
 INTERRUPTED_SECONDS = 3.0
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Model work (model episodes, probe questions: `studio.jobs.JobKind.calls_model`) waits on the
+# network, not the cores: a pool of threads sized for waiting, as many as a probe run's or a
+# model batch's usual concurrency. Baselines keep a process per core. The queues are those
+# `studio.settings` names.
+MODEL_THREADS = 16
+CORE_QUEUES = "celery,studio-control"
+MODEL_QUEUE = "studio-model"
 
 
 def _die_with_parent() -> None:
@@ -40,7 +47,19 @@ def _commands(port: str, var_dir: Path) -> dict[str, list[str]]:
     # --quiet: no banners; errors still show.
     celery = [python, "-m", "celery", "-A", "studio", "--quiet"]
     return {
-        "worker": [*celery, "worker", "--loglevel=ERROR", "--concurrency=2"],
+        "worker": [*celery, "worker", "--loglevel=ERROR", "--concurrency=2", "-Q", CORE_QUEUES],
+        # A name of its own: each worker takes over at start what its namesake held.
+        "model worker": [
+            *celery,
+            "worker",
+            "--loglevel=ERROR",
+            "--pool=threads",
+            f"--concurrency={MODEL_THREADS}",
+            "-Q",
+            MODEL_QUEUE,
+            "-n",
+            "model@%h",
+        ],
         "scheduler": [
             *celery,
             "beat",
@@ -162,8 +181,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     print(
-        f"The studio is on http://127.0.0.1:{port} with a worker and a scheduler; "
-        "Ctrl-C stops all three.",
+        f"The studio is on http://127.0.0.1:{port} with two workers (baselines on 2 "
+        f"processes, model calls on {MODEL_THREADS} threads) and a scheduler; Ctrl-C stops "
+        "them all.",
         flush=True,
     )
     demo.start()
@@ -179,7 +199,7 @@ def main() -> int:
     if ended is not None:
         print(f"The {ended} stopped unexpectedly (see above); stopped the others.", flush=True)
         return 1
-    print("Stopped the studio, the worker and the scheduler.", flush=True)
+    print("Stopped the studio, the workers and the scheduler.", flush=True)
     return 0
 
 

@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connection
@@ -159,9 +160,10 @@ def endpoint_key_set(endpoint: Endpoint) -> bool | None:
     return key_env_name_allowed(endpoint.api_key_env) and bool(os.environ.get(endpoint.api_key_env))
 
 
-def endpoints_seed_defaults() -> list[Endpoint]:
+def endpoints_seed_defaults(*, say: Callable[[str], object] | None = None) -> list[Endpoint]:
     """Create the endpoints the environment describes (`OPENAI_BASE_URL` or `OPENAI_API_KEY`,
-    `SYNTH_BACKEND_URL`).
+    `SYNTH_BACKEND_URL`), each said in one line through `say` (name, URL, key variable; never
+    the key): an endpoint nobody named by hand may be where billed calls go.
 
     Only creates: an admin's later edits to an endpoint of the same name are kept.
     """
@@ -169,16 +171,30 @@ def endpoints_seed_defaults() -> list[Endpoint]:
     if settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY:
         # A key alone means OpenAI itself, as it did for the client library.
         base_url = settings.OPENAI_BASE_URL or OPENAI_DEFAULT_BASE_URL
-        wanted.append(("default", Endpoint.Kind.CHAT, base_url, "OPENAI_API_KEY"))
+        source = "OPENAI_BASE_URL" if settings.OPENAI_BASE_URL else "OPENAI_API_KEY"
+        wanted.append(("default", Endpoint.Kind.CHAT, base_url, "OPENAI_API_KEY", source))
     if settings.SYNTH_BACKEND_URL:
-        wanted.append(("synth", Endpoint.Kind.SYNTH, settings.SYNTH_BACKEND_URL, "SYNTH_API_KEY"))
+        wanted.append(
+            (
+                "synth",
+                Endpoint.Kind.SYNTH,
+                settings.SYNTH_BACKEND_URL,
+                "SYNTH_API_KEY",
+                "SYNTH_BACKEND_URL",
+            )
+        )
     created = []
-    for name, kind, base_url, key_env in wanted:
+    for name, kind, base_url, key_env, source in wanted:
         endpoint, was_created = Endpoint.objects.get_or_create(
             name=name, defaults={"kind": kind, "base_url": base_url, "api_key_env": key_env}
         )
         if was_created:
             created.append(endpoint)
+            if say is not None:
+                say(
+                    f"Named endpoint {endpoint_described(endpoint)}, as {source} is set; "
+                    "change or disable it under /admin/."
+                )
     return created
 
 
@@ -203,3 +219,19 @@ def endpoint_save(
     endpoint.full_clean()
     endpoint.save()
     return endpoint, created
+
+
+def endpoint_described(endpoint: Endpoint) -> str:
+    """One line for an endpoint, never its key: `default → https://api.openai.com/v1 (chat,
+    key from OPENAI_API_KEY)`."""
+    key = f"key from {endpoint.api_key_env}" if endpoint.api_key_env else "no key"
+    disabled = ", disabled" if not endpoint.enabled else ""
+    return f"{endpoint.name} → {endpoint.base_url} ({endpoint.kind}, {key}{disabled})"
+
+
+def endpoint_preselected(*, kind: str) -> str | None:
+    """The endpoint a form picks before its user does: the only enabled one of its kind, and
+    none when there are several, for a choice made for the user could send billed calls to
+    a server nobody chose."""
+    names = list(endpoints_enabled(kind=kind).values_list("name", flat=True)[:2])
+    return names[0] if len(names) == 1 else None

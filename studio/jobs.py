@@ -28,6 +28,7 @@ import redis.exceptions
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 from django.db.models import Model, Q, QuerySet
+from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from studio import claims, queue
@@ -46,6 +47,7 @@ __all__ = [
     "is_outage",
     "job_kinds",
     "jobs_requeue",
+    "most_at_once",
     "outage_countdown",
     "register",
     "retry_after_outage",
@@ -157,6 +159,11 @@ class JobKind:
     waiting_rows: Callable[[], QuerySet] | None = None
     # What dates a row that never had a message (an episode has its batch's date).
     created_field: str = "created_at"
+    # Whether a row's work waits on a model's answers (True: every row's; a callable: the
+    # rows whose work does). Their tasks go to the model queue (`STUDIO_MODEL_QUEUE`), which
+    # a worker with a pool of threads consumes: on a process per core they would wait their
+    # turn two at a time on a 2-core host, though each spends its time waiting on the network.
+    calls_model: bool | Callable[[], QuerySet] = False
 
     def stale_after(self) -> timedelta:
         """Read at each call, so a setting changed (in a test, say) applies at once."""
@@ -167,7 +174,8 @@ class JobKind:
     def enqueue(self, pk: int) -> bool:
         """Send the row's task and date its `enqueued_at`; False when the broker cannot be
         reached (the periodic requeue sends it once it is back)."""
-        return queue.send_job(self.model, self.task, pk)
+        ((name, _),) = self.queues_of([pk])
+        return queue.send_job(self.model, self.task, pk, queue=name)
 
     def enqueue_on_commit(self, pk: int) -> None:
         """`enqueue` once the caller's transaction commits (at once outside one)."""
@@ -176,7 +184,32 @@ class JobKind:
     def enqueue_many(self, ids: list[int]) -> int:
         """Send each id's task, in order, on one connection; how many were sent (the first
         ones, up to where the broker failed: the requeue sends the rest)."""
-        return queue.resend(self.model, self.task, ids)
+        return len(self._resend(ids))
+
+    def queues_of(self, ids: list[int]) -> list[tuple[str | None, list[int]]]:
+        """The ids by the queue their task goes to (None: the task's own route), each group
+        in the order given: model work to `STUDIO_MODEL_QUEUE` (`calls_model`)."""
+        if not ids or not self.calls_model:
+            return [(None, ids)]
+        if self.calls_model is True:
+            return [(settings.STUDIO_MODEL_QUEUE, ids)]
+        calling: set[int] = set()
+        for start in range(0, len(ids), 5000):
+            part = ids[start : start + 5000]
+            calling.update(self.calls_model().filter(pk__in=part).values_list("pk", flat=True))
+        groups = [
+            (settings.STUDIO_MODEL_QUEUE, [pk for pk in ids if pk in calling]),
+            (None, [pk for pk in ids if pk not in calling]),
+        ]
+        return [(name, group) for name, group in groups if group]
+
+    def _resend(self, ids: list[int]) -> list[int]:
+        """Send each id's task on its queue; the ids sent (in each queue, the first ones, up
+        to where the broker failed)."""
+        sent: list[int] = []
+        for name, group in self.queues_of(ids):
+            sent += group[: queue.resend(self.model, self.task, group, queue=name)]
+        return sent
 
     def send(self, task: str, pk: int, *args: Any) -> bool:
         """Send another task about one row (a cancel, with its claim's token in `args`),
@@ -219,8 +252,7 @@ class JobKind:
 
     def requeue(self, *, broker_lost: bool = False) -> list[int]:
         """Send again what `to_resend` picks; the ids sent (up to where the broker failed)."""
-        ids = self.to_resend(broker_lost=broker_lost)
-        return ids[: queue.resend(self.model, self.task, ids)]
+        return self._resend(self.to_resend(broker_lost=broker_lost))
 
     # -- a task's body ---------------------------------------------------------------------
 
@@ -357,6 +389,26 @@ class JobKind:
             claim_token="",
             **fields,
         )
+
+
+def most_at_once(rows: QuerySet) -> int:
+    """How many of these job rows were worked on at the same time, at most: each from its
+    last claim (`started_at`) to its end (`finished_at`, or now while it runs). Measured, so
+    a page can show what a run got beside the concurrency it asked for: the workers' pools
+    may allow fewer (the demo's prefork worker ran model work two at a time)."""
+    now = timezone.now()
+    changes: list[tuple[Any, int]] = []
+    spans = rows.exclude(started_at=None).values_list("started_at", "finished_at")
+    for started, finished in spans.iterator(chunk_size=2000):
+        changes += [(started, 1), (max(finished or now, started), -1)]
+    # At the same instant an end comes before a start: one row handed on to the next is
+    # not two at once.
+    changes.sort(key=lambda change: (change[0], change[1]))
+    at_once = most = 0
+    for _, change in changes:
+        at_once += change
+        most = max(most, at_once)
+    return most
 
 
 _KINDS: dict[str, JobKind] = {}

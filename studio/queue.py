@@ -37,11 +37,14 @@ STAMP_EVERY = 200
 Task = Any
 
 
-def send(task: Task, *args: Any, producer: Any = None) -> bool:
+def send(task: Task, *args: Any, producer: Any = None, queue: str | None = None) -> bool:
     """`task.delay(*args)`, or False (logged) when the broker cannot be reached.
 
-    `producer` (from `_app(task).producer_or_acquire()`) sends many on one connection."""
+    `producer` (from `_app(task).producer_or_acquire()`) sends many on one connection;
+    `queue` overrides the task's route (`studio.jobs.JobKind.calls_model`)."""
     options = {"retry": True, "retry_policy": _RETRY_POLICY, "producer": producer}
+    if queue is not None:
+        options["queue"] = queue
     try:
         if isinstance(task, str):
             _app(task).send_task(task, args=args, **options)
@@ -62,29 +65,29 @@ def _name(task: Task) -> str:
     return task if isinstance(task, str) else task.name
 
 
-def send_job(model, task: Task, pk: int) -> bool:
+def send_job(model, task: Task, pk: int, *, queue: str | None = None) -> bool:
     """Send the row's task and date its `enqueued_at`; False (the date stays) when the
     broker cannot be reached, for the periodic requeue to send it later."""
-    if not send(task, pk):
+    if not send(task, pk, queue=queue):
         return False
     model.objects.filter(pk=pk).update(enqueued_at=timezone.now())
     return True
 
 
-def resend(model, task: Task, ids: list[int]) -> int:
+def resend(model, task: Task, ids: list[int], *, queue: str | None = None) -> int:
     """Send each id, in order; stamp `enqueued_at` on those sent. Returns how many were sent:
     the first ones, up to where the broker failed.
 
     A row sent but not yet stamped is only sent again by the requeue, which is harmless.
     """
-    sent = _send_run(task, ids)
+    sent = _send_run(task, ids, queue=queue)
     now = timezone.now()
     for start in range(0, len(sent), STAMP_EVERY):
         model.objects.filter(id__in=sent[start : start + STAMP_EVERY]).update(enqueued_at=now)
     return len(sent)
 
 
-def _send_run(task: Task, ids: list[int]) -> list[int]:
+def _send_run(task: Task, ids: list[int], *, queue: str | None = None) -> list[int]:
     """Send ids on one connection, `STAMP_EVERY` to a round trip (kombu's publish batch, on
     Redis a pipeline; other brokers publish each at once); the ids sent.
 
@@ -100,7 +103,7 @@ def _send_run(task: Task, ids: list[int]) -> list[int]:
             for start in range(0, len(ids), STAMP_EVERY):
                 run = ids[start : start + STAMP_EVERY]
                 for row_id in run:
-                    if not send(task, row_id, producer=producer):
+                    if not send(task, row_id, producer=producer, queue=queue):
                         return sent
                 batch.flush()
                 sent += run

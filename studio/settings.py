@@ -209,14 +209,18 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Two queues, and every worker consumes both (`celery -A studio worker` takes every queue
-# named here): the periodic requeue and takeover go on the control queue, so they never wait
-# behind a batch's hundreds of episode messages, only for a worker's next free thread.
+# Three queues, and a worker without -Q consumes them all (`celery -A studio worker` takes
+# every queue named here): the periodic requeue and takeover go on the control queue, so they
+# never wait behind a batch's hundreds of episode messages, only for a worker's next free
+# thread; work that waits on a model's answers (a job kind's `calls_model`) goes on the model
+# queue, for a worker with a pool of threads, while baselines keep a process per core.
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 STUDIO_CONTROL_QUEUE = "studio-control"
+STUDIO_MODEL_QUEUE = "studio-model"
 CELERY_TASK_QUEUES = [
     Queue("celery", Exchange("celery"), routing_key="celery"),
     Queue(STUDIO_CONTROL_QUEUE, Exchange(STUDIO_CONTROL_QUEUE), routing_key=STUDIO_CONTROL_QUEUE),
+    Queue(STUDIO_MODEL_QUEUE, Exchange(STUDIO_MODEL_QUEUE), routing_key=STUDIO_MODEL_QUEUE),
 ]
 CELERY_TASK_ROUTES = {
     name: {"queue": STUDIO_CONTROL_QUEUE}

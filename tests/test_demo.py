@@ -117,7 +117,9 @@ def test_it_stops_server_worker_and_scheduler_on_ctrl_c(tmp_path):
 
         def all_three() -> bool:
             running = commands()
-            return all(name in running for name in ("worker", "beat", "runserver"))
+            return all(
+                name in running for name in ("-Q celery", "-Q studio-model", "beat", "runserver")
+            )
 
         wait_until(
             all_three,
@@ -147,6 +149,6 @@ def test_it_stops_server_worker_and_scheduler_on_ctrl_c(tmp_path):
     output = "".join(lines)
     assert len(lines) < 20, output
     assert "Segmentation fault" not in output and "Warm shutdown" not in output
-    assert lines[shown_before:][-1:] == ["Stopped the studio, the worker and the scheduler.\n"]
+    assert lines[shown_before:][-1:] == ["Stopped the studio, the workers and the scheduler.\n"]
     assert (var_dir / "studio.sqlite3").exists() and (var_dir / "broker" / "control").is_dir()
     assert _untracked() == before, "the demo left files outside its var directory"

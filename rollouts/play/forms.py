@@ -56,7 +56,9 @@ class ForkForm(forms.Form):
         names = list(endpoints_enabled(kind=Endpoint.Kind.CHAT).values_list("name", flat=True))
         field = self.fields["endpoint"]
         field.choices = [("", "(endpoint)"), *((n, n) for n in names)]
-        field.initial = "default" if "default" in names else None
+        # As `studio.endpoints.endpoint_preselected` (from the names read here): with
+        # several, none.
+        field.initial = names[0] if len(names) == 1 else None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -221,7 +221,10 @@ def test_it_estimates_tokens_without_prices_and_nothing_for_a_baseline(editor_cl
     assert "no price, for up to 5 model calls" in text
     assert "Endpoint unpriced has no prices" in text
     assert "calls no model" in _estimate(editor_client, policy="scripted", seeds="0", steps="5")
-    assert "once the form has no errors" in _estimate(editor_client, policy="openai", seeds="x")
+    # Not yet: the box names each field still wrong.
+    wrong = _estimate(editor_client, policy="openai", seeds="x")
+    assert "shows once these are corrected:" in wrong and "Seeds : " in wrong
+    assert "Model : The openai policy needs a model name." in wrong
 
 
 def test_the_form_asks_for_its_estimate_and_only_editors_may(client, editor, viewer):

@@ -262,15 +262,21 @@ def test_the_one_beat_task_sends_again_each_kind_that_waits(settings):
     client = redis.Redis.from_url(REDIS_URL)
     try:
         assert jobs_requeue() == dict.fromkeys(waiting, 1)  # the task, in this process
-        raw = client.lrange("celery", 0, -1)
+        raw = {queue: client.lrange(queue, 0, -1) for queue in ("celery", "studio-model")}
     finally:
         queue_purge()
     sent = {}
-    for message in map(json.loads, raw):
-        args = json.loads(base64.b64decode(message["body"]))[0]
-        sent[message["headers"]["task"]] = args
+    for queue, messages in raw.items():
+        for message in map(json.loads, messages):
+            args = json.loads(base64.b64decode(message["body"]))[0]
+            sent[message["headers"]["task"]] = (queue, args)
     kinds = {kind.name: kind for kind in jobs.job_kinds()}
-    assert sent == {kinds[name].task: [pk] for name, pk in waiting.items()}
+    # A probe question waits on a model: its chunk goes to the model queue; a scripted
+    # episode and the rest to the default one.
+    assert sent == {
+        kinds[name].task: ("studio-model" if name == "probe_chunk" else "celery", [pk])
+        for name, pk in waiting.items()
+    }
     for name, pk in waiting.items():
         row = kinds[name].model.objects.get(pk=pk)
         assert row.enqueued_at is not None, name

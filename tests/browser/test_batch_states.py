@@ -99,3 +99,68 @@ def test_a_game_left_open_is_shown_idle_and_the_pages_stop_refreshing(
     assert _requests_to(page, f"/rollouts/{game.batch_id}/", seconds=2.6) == 0
     expect(page.locator('[data-action="resume"]')).to_have_count(0)
     _fits(page, width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_canceled_batch_says_canceled_once_and_not_as_an_error(
+    studio_page: Page, live_server, width
+):
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    batch = services.batch_create(
+        settings=RolloutSettings(policy="scripted", seeds=tuple(range(3)), steps=5),
+        enqueue=False,
+    )
+    assert services.batch_cancel(batch=batch) == 3
+    _log_in(page, live_server.url, f"/rollouts/{batch.id}/")
+    expect(page.locator("h1 .badge")).to_have_text("canceled")
+    # Not an error: no alert, nothing in the error colour says it; the count is plain.
+    expect(page.locator("[role=alert], .error").filter(has_text="canceled")).to_have_count(0)
+    expect(page.locator("[data-canceled]")).to_have_text("3 canceled")
+    expect(page.locator("[data-canceled]")).not_to_have_class("warn")
+    # A grey badge (red, green and blue alike), not the failed badge's red.
+    colour = page.locator("h1 .badge").evaluate("e => getComputedStyle(e).backgroundColor")
+    red, green, blue = (int(part) for part in colour[colour.index("(") + 1 : -1].split(","))
+    assert red == green == blue, colour
+    _fits(page, width)
+
+    page.goto(f"{live_server.url}/rollouts/")
+    row = page.locator("#batch-table tbody tr").filter(
+        has=page.locator(f'a[href="/rollouts/{batch.id}/"]')
+    )
+    expect(row.locator(".badge")).to_have_text("canceled")
+    expect(row.locator(".error, .warn")).to_have_count(0)
+    _fits(page, width)
+
+
+def _field(page: Page, name: str):
+    return page.locator(f'[data-batch-form] .field[data-field="{name}"]')
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_batch_form_marks_a_wrong_field_before_it_is_sent_and_clears_it_once_right(
+    studio_page: Page, live_server, width
+):
+    page = studio_page
+    page.set_viewport_size({"width": width, "height": 900})
+    _log_in(page, live_server.url, "/rollouts/new/")
+    expect(page.locator("[data-estimate=none]")).to_be_visible()  # scripted: nothing to pay
+    page.fill("#id_seeds", "0-20000")
+    seeds = _field(page, "seeds")
+    expect(seeds).to_have_class("field has-error")
+    expect(seeds.locator("small.error")).to_have_text("More than 10000 seeds in one batch.")
+    expect(page.locator("[data-form-errors]")).to_have_text("1 field to correct below.")
+    # The box names the field too, instead of "the form has errors".
+    expect(page.locator('[data-estimate=incomplete] [data-error-field="seeds"]')).to_contain_text(
+        "Seeds"
+    )
+    # Only the field being typed in: the steps were not touched.
+    expect(page.locator("[data-batch-form] .field.has-error")).to_have_count(1)
+    _fits(page, width)
+
+    page.fill("#id_seeds", "0-3")
+    expect(seeds).not_to_have_class("field has-error")
+    expect(seeds.locator("small.error")).to_have_count(0)
+    expect(page.locator("[data-form-errors]")).to_be_hidden()
+    expect(page.locator("[data-estimate=none]")).to_be_visible()
+    _fits(page, width)

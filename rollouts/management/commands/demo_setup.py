@@ -12,6 +12,7 @@ from rollouts.models import RolloutBatch
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
 from studio.commands import StudioCommand
+from studio.endpoints import endpoint_described
 from studio.models import Endpoint
 
 DEMO_BATCH_NAME = "Demo: scripted baseline"
@@ -47,6 +48,12 @@ class Command(StudioCommand):
         )
         if created:
             self.stdout.write(f"Created model endpoint {endpoint.name} ({endpoint.base_url})")
+        # Where the batch and probe forms can send calls, said at every start: an endpoint
+        # the environment named (`OPENAI_API_KEY`: OpenAI itself) bills what it is sent.
+        self.stdout.write(
+            "Model endpoints: "
+            + "; ".join(endpoint_described(e) for e in Endpoint.objects.order_by("name"))
+        )
         if RolloutBatch.objects.filter(name=DEMO_BATCH_NAME).exists():
             return
         settings = RolloutSettings(policy="scripted", seeds=(0, 1, 2, 3), name=DEMO_BATCH_NAME)

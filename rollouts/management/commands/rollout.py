@@ -139,7 +139,8 @@ class Command(StudioCommand):
             raise CommandError(f"batch {batch.id} {word}: {ended}; {reason}", returncode=1)
 
     def _endpoint_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Endpoint name, URL and limits: from --endpoint, a known --base-url, or 'default'."""
+        """Endpoint name, URL and limits: from --endpoint, a known --base-url, or 'default' when
+        it is the only chat endpoint."""
         if options["policy"] != "openai" or not options["model"]:
             return {}  # nothing to pick; RolloutSettings names what is missing
         name, base_url = options["endpoint"], options["base_url"]
@@ -151,9 +152,18 @@ class Command(StudioCommand):
             elif base_url:
                 endpoint = chat_endpoint_with_url(base_url)
             else:
-                # What OPENAI_BASE_URL / OPENAI_API_KEY describe, as `migrate` seeds it.
-                endpoints_seed_defaults()
-                endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name="default").first()
+                # What OPENAI_BASE_URL / OPENAI_API_KEY describe, as `migrate` seeds it; used
+                # only when it is the one chat endpoint: with several, the command does not
+                # pick one whose calls may be billed.
+                endpoints_seed_defaults(say=self.stderr.write)
+                chat = list(endpoints_enabled(kind=Endpoint.Kind.CHAT))
+                if len(chat) > 1:
+                    raise usage_error(
+                        f"endpoint: {len(chat)} chat endpoints are named ("
+                        + ", ".join(f"{e.name} → {e.base_url}" for e in chat)
+                        + "); choose one with --endpoint NAME, or give --base-url URL"
+                    )
+                endpoint = next((e for e in chat if e.name == "default"), None)
             if endpoint is not None:
                 endpoint_check_model(endpoint=endpoint, model=options["model"])
         except EndpointError as exc:
