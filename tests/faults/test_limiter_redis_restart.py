@@ -1,6 +1,7 @@
-"""The model limiter's and the cache's Redis connections outlive a Redis restart (issue 31):
-each worker thread keeps a limiter connection between calls, and after a restart every one of
-them was dead, so the next slot taken on it failed its episode."""
+"""The model limiter's and the cache's Redis connections outlive a Redis restart: each worker
+thread keeps a limiter connection between calls, and after a restart every one of them was
+dead, so the next slot taken on it failed its episode. A request waits out a Redis that is
+away, instead of handing its episode back."""
 
 from __future__ import annotations
 
@@ -76,3 +77,57 @@ def test_the_caches_connections_survive_a_redis_restart(own_redis: RedisServer, 
     assert cache.get("statistics") is None
     cache.set("statistics", 2)
     assert cache.get("statistics") == 2
+
+
+def test_a_request_waits_for_a_stopped_redis_and_goes_on_once_it_is_back(own_redis: RedisServer):
+    limiter = rate_limit.limiter_for(
+        base_url="http://127.0.0.1:9/v1",
+        concurrency=1,
+        requests_per_minute=600,
+        redis_url=own_redis.url,
+    )
+    with limiter.slot():
+        pass  # this thread's connection, idle from now on
+    own_redis.stop()
+    waits: list[float] = []
+    sent: list[float] = []
+    failures: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            limiter.wait_turn(lambda: waits.append(time.monotonic()))
+            with limiter.slot(lambda: waits.append(time.monotonic())):
+                sent.append(time.monotonic())
+        except BaseException as exc:  # what handed an episode back
+            failures.append(exc)
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    time.sleep(3)
+    assert sent == [] and failures == []
+    assert len(waits) >= 2  # the caller's check (a cancel, a lost claim) ran while it waited
+    own_redis.start()
+    back = time.monotonic()
+    thread.join(30)
+    assert failures == [] and len(sent) == 1
+    assert sent[0] - back < 2.0  # a pause between tries is 1 s at most
+    assert limiter.in_flight() == 0
+
+
+def test_a_caller_may_stop_waiting_for_redis(own_redis: RedisServer):
+    limiter = rate_limit.limiter_for(
+        base_url="http://127.0.0.1:9/v1",
+        concurrency=1,
+        requests_per_minute=0,
+        redis_url=own_redis.url,
+    )
+    own_redis.stop()
+
+    class Canceled(Exception):
+        pass
+
+    def canceled() -> None:
+        raise Canceled
+
+    with pytest.raises(Canceled), limiter.slot(canceled):
+        pytest.fail("no slot without Redis")
