@@ -131,3 +131,30 @@ def test_a_caller_may_stop_waiting_for_redis(own_redis: RedisServer):
 
     with pytest.raises(Canceled), limiter.slot(canceled):
         pytest.fail("no slot without Redis")
+
+
+@pytest.mark.django_db
+def test_a_probe_question_waits_for_the_limiters_redis_and_is_asked_once(
+    own_redis: RedisServer, chat_server, settings
+):
+    from probes.asking import ProbeAsker
+    from rollouts.rollout_settings import RolloutSettings
+    from rollouts.tests.openai_server import text
+
+    settings.REDIS_URL = own_redis.url
+    chat_server.default = text("cow")
+    asker = ProbeAsker(
+        RolloutSettings(policy="openai", model="probe-model", base_url=chat_server.url),
+        seed=0,
+    )
+    own_redis.stop()
+    asked = []
+    question = [{"role": "user", "content": "A: grass or B: cow?"}]
+    thread = threading.Thread(target=lambda: asked.append(asker.ask(question, ["grass", "cow"])))
+    thread.start()
+    time.sleep(2)
+    assert chat_server.requests == [] and asked == []  # waiting, not failed
+    own_redis.start()
+    thread.join(30)
+    assert [(a.choice, a.error_kind, a.requests) for a in asked] == [("cow", "", 1)]
+    assert len(chat_server.requests) == 1
