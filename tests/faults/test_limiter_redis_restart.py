@@ -158,3 +158,27 @@ def test_a_probe_question_waits_for_the_limiters_redis_and_is_asked_once(
     thread.join(30)
     assert [(a.choice, a.error_kind, a.requests) for a in asked] == [("cow", "", 1)]
     assert len(chat_server.requests) == 1
+
+
+@pytest.mark.django_db
+def test_a_chunk_canceled_while_the_limiters_redis_is_away_sends_nothing(
+    own_redis: RedisServer, chat_server, settings
+):
+    from probes.asking import ProbeAsker
+    from rollouts.rollout_settings import RolloutSettings
+    from studio.jobs import ClaimLost
+
+    settings.REDIS_URL = own_redis.url
+    asker = ProbeAsker(
+        RolloutSettings(policy="openai", model="probe-model", base_url=chat_server.url),
+        seed=0,
+    )
+
+    def canceled() -> None:  # what the chunk's claim check says of a canceled run
+        raise ClaimLost("canceled")
+
+    asker.before_retry = canceled
+    own_redis.stop()
+    with pytest.raises(ClaimLost):
+        asker.ask([{"role": "user", "content": "A: grass or B: cow?"}], ["grass", "cow"])
+    assert chat_server.requests == []
