@@ -260,6 +260,12 @@ STUDIO_EPISODE_STALE_SECONDS = env.int("STUDIO_EPISODE_STALE_SECONDS", default=3
 # How long an episode waits out a database it cannot reach (reconnecting, backing off) before
 # it hands itself back to be resumed later; it is never failed for it.
 STUDIO_DATABASE_OUTAGE_SECONDS = env.int("STUDIO_DATABASE_OUTAGE_SECONDS", default=300)
+# A model request's slot (one of its endpoint's `--concurrency`) is leased for this long and
+# renewed by its worker every third of it while the request runs: a dead worker's slots are
+# free again within this long. A request waits out a limiter's Redis it cannot reach (its
+# episode keeps its claim) for up to the second figure, then its episode is handed back.
+STUDIO_LIMITER_LEASE_SECONDS = env.float("STUDIO_LIMITER_LEASE_SECONDS", default=10.0)
+STUDIO_LIMITER_OUTAGE_SECONDS = env.int("STUDIO_LIMITER_OUTAGE_SECONDS", default=300)
 # A person's game (or human fork) with no key pressed for this long is shown idle, not
 # running: the batch pages stop refreshing for a game nobody may come back to.
 STUDIO_HUMAN_IDLE_SECONDS = env.int("STUDIO_HUMAN_IDLE_SECONDS", default=1800)

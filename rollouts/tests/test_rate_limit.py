@@ -197,3 +197,71 @@ def test_a_forked_child_opens_its_own_connection(endpoint):
     with limiter.slot():
         assert limiter.in_flight() == 1
     assert limiter.in_flight() == 0
+
+
+@needs_redis
+def test_a_slot_held_longer_than_its_lease_stays_held_while_its_holder_lives(endpoint):
+    holder = worker_limiter(endpoint, concurrency=1, lease=0.3)
+    other = worker_limiter(endpoint, concurrency=1, lease=0.3)
+    with holder.slot():  # a request of 1.2 s: four leases long
+        for _ in range(4):
+            time.sleep(0.3)
+            assert other.try_acquire() is None  # renewed by the holder's process
+    assert other.try_acquire() is not None
+
+
+@needs_redis
+def test_a_killed_workers_slots_are_free_within_a_lease(endpoint, settings):
+    import multiprocessing
+    import os
+    import signal
+
+    settings.REDIS_URL = REDIS_URL
+    settings.STUDIO_LIMITER_LEASE_SECONDS = 0.5  # at the default, 10 s
+    context = multiprocessing.get_context("fork")
+    taken = context.Event()
+
+    def worker() -> None:  # holds every slot of the endpoint, in requests that never end
+        limiter = limiter_for(base_url=endpoint, concurrency=2, requests_per_minute=0)
+        held = [limiter.slot(), limiter.slot()]
+        for slot in held:
+            slot.__enter__()
+        taken.set()
+        time.sleep(60)
+
+    process = context.Process(target=worker)
+    process.start()
+    assert taken.wait(10)
+    survivor = limiter_for(base_url=endpoint, concurrency=2, requests_per_minute=0)
+    time.sleep(1.0)  # two leases: the live holder renewed them
+    assert survivor.in_flight() == 2 and survivor.try_acquire() is None
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(10)
+    killed = time.monotonic()
+    while survivor.try_acquire() is None:
+        assert time.monotonic() - killed < 1.0, "a dead worker's slot outlived its lease"
+        time.sleep(0.02)
+    assert survivor.try_acquire() is not None  # both of them
+
+
+@needs_redis
+def test_one_thread_renews_every_slot_of_a_process(endpoint):
+    limiter = worker_limiter(endpoint, concurrency=8, lease=0.3)
+    inside = threading.Barrier(9)
+
+    def request() -> None:
+        with limiter.slot():
+            inside.wait(10)
+            inside.wait(10)
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    inside.wait(10)
+    time.sleep(0.5)
+    keepers = [t for t in threading.enumerate() if t.name == "model-slot-keeper"]
+    assert len(keepers) == 1 and limiter.in_flight() == 8
+    inside.wait(10)
+    for thread in threads:
+        thread.join()
+    assert limiter.in_flight() == 0

@@ -1,6 +1,7 @@
-"""The model limiter's and the cache's Redis connections outlive a Redis restart (issue 31):
-each worker thread keeps a limiter connection between calls, and after a restart every one of
-them was dead, so the next slot taken on it failed its episode."""
+"""The model limiter's and the cache's Redis connections outlive a Redis restart: each worker
+thread keeps a limiter connection between calls, and after a restart every one of them was
+dead, so the next slot taken on it failed its episode. A request waits out a Redis that is
+away, instead of handing its episode back."""
 
 from __future__ import annotations
 
@@ -76,3 +77,108 @@ def test_the_caches_connections_survive_a_redis_restart(own_redis: RedisServer, 
     assert cache.get("statistics") is None
     cache.set("statistics", 2)
     assert cache.get("statistics") == 2
+
+
+def test_a_request_waits_for_a_stopped_redis_and_goes_on_once_it_is_back(own_redis: RedisServer):
+    limiter = rate_limit.limiter_for(
+        base_url="http://127.0.0.1:9/v1",
+        concurrency=1,
+        requests_per_minute=600,
+        redis_url=own_redis.url,
+    )
+    with limiter.slot():
+        pass  # this thread's connection, idle from now on
+    own_redis.stop()
+    waits: list[float] = []
+    sent: list[float] = []
+    failures: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            limiter.wait_turn(lambda: waits.append(time.monotonic()))
+            with limiter.slot(lambda: waits.append(time.monotonic())):
+                sent.append(time.monotonic())
+        except BaseException as exc:  # what handed an episode back
+            failures.append(exc)
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    time.sleep(3)
+    assert sent == [] and failures == []
+    assert len(waits) >= 2  # the caller's check (a cancel, a lost claim) ran while it waited
+    own_redis.start()
+    back = time.monotonic()
+    thread.join(30)
+    assert failures == [] and len(sent) == 1
+    assert sent[0] - back < 2.0  # a pause between tries is 1 s at most
+    assert limiter.in_flight() == 0
+
+
+def test_a_caller_may_stop_waiting_for_redis(own_redis: RedisServer):
+    limiter = rate_limit.limiter_for(
+        base_url="http://127.0.0.1:9/v1",
+        concurrency=1,
+        requests_per_minute=0,
+        redis_url=own_redis.url,
+    )
+    own_redis.stop()
+
+    class Canceled(Exception):
+        pass
+
+    def canceled() -> None:
+        raise Canceled
+
+    with pytest.raises(Canceled), limiter.slot(canceled):
+        pytest.fail("no slot without Redis")
+
+
+@pytest.mark.django_db
+def test_a_probe_question_waits_for_the_limiters_redis_and_is_asked_once(
+    own_redis: RedisServer, chat_server, settings
+):
+    from probes.asking import ProbeAsker
+    from rollouts.rollout_settings import RolloutSettings
+    from rollouts.tests.openai_server import text
+
+    settings.REDIS_URL = own_redis.url
+    chat_server.default = text("cow")
+    asker = ProbeAsker(
+        RolloutSettings(policy="openai", model="probe-model", base_url=chat_server.url),
+        seed=0,
+    )
+    own_redis.stop()
+    asked = []
+    question = [{"role": "user", "content": "A: grass or B: cow?"}]
+    thread = threading.Thread(target=lambda: asked.append(asker.ask(question, ["grass", "cow"])))
+    thread.start()
+    time.sleep(2)
+    assert chat_server.requests == [] and asked == []  # waiting, not failed
+    own_redis.start()
+    thread.join(30)
+    assert [(a.choice, a.error_kind, a.requests) for a in asked] == [("cow", "", 1)]
+    assert len(chat_server.requests) == 1
+
+
+@pytest.mark.django_db
+def test_a_chunk_canceled_while_the_limiters_redis_is_away_sends_nothing(
+    own_redis: RedisServer, chat_server, settings
+):
+    from probes.asking import ProbeAsker
+    from rollouts.rollout_settings import RolloutSettings
+    from studio.jobs import ClaimLost
+
+    settings.REDIS_URL = own_redis.url
+    asker = ProbeAsker(
+        RolloutSettings(policy="openai", model="probe-model", base_url=chat_server.url),
+        seed=0,
+    )
+
+    def canceled() -> None:  # what the chunk's claim check says of a canceled run
+        raise ClaimLost("canceled")
+
+    asker.before_retry = canceled
+    own_redis.stop()
+    with pytest.raises(ClaimLost):
+        asker.ask([{"role": "user", "content": "A: grass or B: cow?"}], ["grass", "cow"])
+    assert chat_server.requests == []

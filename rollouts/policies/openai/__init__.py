@@ -14,7 +14,9 @@ Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
 
 * 429, 408, 409, 5xx, timeouts and dropped connections are retried with jittered
   exponential backoff, honouring `Retry-After` / `retry-after-ms`, up to `max_retries`; each
-  retry holds the endpoint's limiter again. After the last one the turn failed
+  retry holds the endpoint's limiter again (and waits for the limiter's Redis when it is
+  away, as for a slot: `rate_limit`; a cancel or a lost claim still stops it, through
+  `before_retry`). After the last one the turn failed
   (`http_<status>`, `timeout`, `connection`) and `on_bad_output` decides: play `noop` or end
   the episode.
 * Bad output (`malformed_arguments`, `unknown_action`, `wrong_tool`, `no_tool_call`,

@@ -137,8 +137,6 @@ class OpenAIPolicy:
             base_url=self.connection.base_url,
             concurrency=settings.concurrency,
             requests_per_minute=settings.requests_per_minute,
-            # A lease outlives any one request, so only a dead worker's slot ever expires.
-            lease_seconds=settings.request_timeout + 30,
         )
         self.params: dict[str, Any] = {
             "temperature": settings.temperature,
@@ -204,18 +202,17 @@ class OpenAIPolicy:
         transient_retries = 0
         connect_failures = 0
         while True:
-            if decision.retries and self.before_retry is not None:
-                try:
-                    self.before_retry()  # a canceled episode sends no retry either
-                except Exception as stop:
-                    decision.retries -= 1  # counted when it was planned; never sent
-                    stop.decision = decision  # what was sent before it: to be counted
-                    raise
-            self.limiter.wait_turn()
+            if decision.retries:
+                self._stop_check(decision)  # a canceled episode sends no retry either
+
+            def on_wait() -> None:  # while the limiter waits for its Redis to come back
+                self._stop_check(decision)
+
+            self.limiter.wait_turn(on_wait)
             started = time.monotonic()
             wait: float | None = None
             try:
-                with self.limiter.slot():
+                with self.limiter.slot(on_wait):
                     self._endpoint_check(decision)
                     started = time.monotonic()
                     decision.model_called = True
@@ -278,6 +275,18 @@ class OpenAIPolicy:
             transient_retries += 1
             decision.retries += 1
             time.sleep(self._backoff(transient_retries, wait))
+
+    def _stop_check(self, decision: Decision) -> None:
+        """`before_retry`: raises when the episode must not call again (canceled, claim lost)."""
+        if self.before_retry is None:
+            return
+        try:
+            self.before_retry()
+        except Exception as stop:
+            if decision.retries:
+                decision.retries -= 1  # counted when it was planned; never sent
+            stop.decision = decision  # what was sent before it: to be counted
+            raise
 
     def _endpoint_check(self, decision: Decision) -> None:
         """Before every request, the first and each retry, after any wait for the limiter: an
