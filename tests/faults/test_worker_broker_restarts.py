@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.faults import test_outages as outages
-from tests.faults.stack import ROOT, Processes, processes
+from tests.faults.stack import ROOT, Processes, RedisServer, processes
 
 pytestmark = outages.pytestmark
 
@@ -108,6 +108,66 @@ def test_every_worker_outlives_ten_redis_restarts_in_a_row_and_the_batch_ends(
         f"{RESTARTS} Redis restarts: over {took:.1f} s after the last; "
         f"{len(endpoint.requests)} requests for {outages.SEEDS * STEPS} turns"
     )
+
+
+@pytest.mark.parametrize("left_by", ["channel closed", "connection closed"])
+def test_work_of_a_channel_without_connection_ends_without_an_error_that_ends_a_worker(
+    tmp_path, left_by: str
+):
+    """Each way the work of a closed channel ends, on each state a lost connection leaves the
+    channel in (kombu's close: the channel's `connection` None, or its transport's `client`):
+    an acknowledgement, a reject, a requeue or a recover is left to the broker; any other
+    command is a lost connection (redis-py's ConnectionError, one of the transport's
+    `connection_errors`), never AttributeError."""
+    import redis.exceptions
+    from kombu import Connection, Exchange, Queue
+
+    import studio.celery  # noqa: F401 (its workarounds, as a worker has them)
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    said: dict[str, str] = {}
+    try:
+        for action in ("ack", "reject", "requeue", "recover", "restore_visible", "put"):
+            connection = Connection(server.url)
+            channel = connection.channel()
+            queue = Queue("closed", Exchange("closed"), routing_key="closed", channel=channel)
+            queue.declare()
+            with Connection(server.url) as publisher:
+                publisher.Producer().publish({}, exchange="closed", routing_key="closed")
+            message = queue.get(no_ack=False)
+            # What kombu leaves once the connection is lost: no pool, and no connection.
+            channel._disconnect_pools()
+            if left_by == "channel closed":
+                channel.connection = None
+            else:
+                connection.transport.client = None
+            try:
+                if action == "ack":
+                    message.ack()
+                elif action in ("reject", "requeue"):
+                    message.reject(requeue=action == "requeue")
+                elif action == "recover":
+                    channel.basic_recover(requeue=True)
+                elif action == "restore_visible":
+                    channel.qos.restore_visible()
+                else:
+                    channel._put("closed", {"body": "{}"})
+                said[action] = "done"
+            except redis.exceptions.ConnectionError:
+                said[action] = "lost connection"
+            # Now, not at the interpreter's exit (kombu's finalizer), when the log is closed.
+            channel.qos.restore_unacked_once()
+    finally:
+        server.stop()
+    assert said == {
+        "ack": "done",
+        "reject": "done",
+        "requeue": "done",
+        "recover": "done",
+        "restore_visible": "lost connection",
+        "put": "lost connection",
+    }
 
 
 def test_the_scheduler_s_tasks_say_a_postgresql_stop_in_one_line_each_run(
