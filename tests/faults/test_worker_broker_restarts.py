@@ -92,6 +92,7 @@ def test_every_worker_outlives_ten_redis_restarts_in_a_row_and_the_batch_ends(
             assert not _died(studio), f"restart {restart}:\n{studio.logs()}"
             time.sleep(0.2)
         time.sleep(1.5)
+        assert not _died(studio), f"restart {restart}:\n{studio.logs()}"
     back = time.monotonic()
     took = outages.wait_for_the_end(stack, studio, batch_id, back)
     rows = outages.episodes(stack, batch_id)
