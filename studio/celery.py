@@ -62,8 +62,8 @@ def _survive_a_channel_without_connection() -> None:
     the unacknowledged ones back. Each of these reaches `Channel._connparams` for a new
     client, which reads `self.connection.client.hostname` and raises AttributeError
     ("'NoneType' object has no attribute 'client'", or "... 'hostname'"): not a connection
-    error, so nothing catches it, "Unrecoverable error", and the worker exited, about one
-    Redis restart in two under a model batch.
+    error, so nothing catches it, "Unrecoverable error", and the worker exited (in 3 of 6
+    Redis restarts or stops under a model batch; tests/faults reproduce it).
 
     Nothing can be told to the broker through a channel without a connection, so each of
     those does what it can do locally: the message is left where it is (in Redis's
@@ -78,8 +78,9 @@ def _survive_a_channel_without_connection() -> None:
     - celery/kombu#970 (restoring the unacknowledged messages at a channel's close):
       `QoS.restore_unacked`, also reached through `basic_recover`.
     - celery/celery#6654 (a late acknowledgement on the channel of a lost connection,
-      "Couldn't ack"; fixed there for AMQP only): `QoS.ack` and `QoS.reject` (`requeue`
-      either way: `restore_by_tag` or `_remove_from_indices`).
+      "Couldn't ack"; Celery's answer, `worker_cancel_long_running_tasks_on_connection_loss`,
+      cancels such tasks, which would cut every running episode short): `QoS.ack` and
+      `QoS.reject` (`requeue` either way: `restore_by_tag` or `_remove_from_indices`).
     - celery/kombu#582 (any command on a closed Redis channel: `_connparams` read a
       connection that was gone): every other path (`restore_by_tag`, `restore_visible`,
       `_remove_from_indices`, `_put`, `_size`, `queue_delete` ...) now raises redis-py's
