@@ -51,41 +51,99 @@ class _RequeueAfterReconnect(bootsteps.StartStopStep):
 app.steps["consumer"].add(_RequeueAfterReconnect)
 
 
-def _survive_restore_without_connection() -> None:
-    """Keep a worker alive when Redis goes away while it holds a retry's countdown.
+def _survive_a_channel_without_connection() -> None:
+    """Keep a worker alive when it acknowledges, rejects or puts back a message on a Redis
+    channel whose connection is gone.
 
-    On a lost connection Celery closes the consumer's channel, and kombu (5.7) then puts the
-    messages the worker had taken but not acknowledged back in the queue through that
-    channel; by then the channel's transport has no connection left (`client` is None), and
-    building a new one raised AttributeError("'NoneType' object has no attribute
-    'hostname'"), which no one catches: "Unrecoverable error", the worker exited (seen with
-    a training submission's countdown retry held; tests/faults reproduce it). Without a
-    connection the messages cannot be put back by anyone: they are left where they are (in
-    Redis's unacknowledged set, delivered again after the visibility timeout, or gone with a
-    Redis that lost its data: the studio's requeue sends their jobs again), and the worker
-    reconnects as for any other loss."""
+    When Redis goes away Celery closes the consumer's channel (kombu sets its `connection`
+    to None, and the closed connection's transport its `client`) and connects again. Work
+    the old channel delivered still ends on it: a task whose retry could not be sent while
+    Redis was down rejects its message, another acknowledges it, the channel's close puts
+    the unacknowledged ones back. Each of these reaches `Channel._connparams` for a new
+    client, which reads `self.connection.client.hostname` and raises AttributeError
+    ("'NoneType' object has no attribute 'client'", or "... 'hostname'"): not a connection
+    error, so nothing catches it, "Unrecoverable error", and the worker exited (in 3 of 6
+    Redis restarts or stops under a model batch; tests/faults reproduce it).
+
+    Nothing can be told to the broker through a channel without a connection, so each of
+    those does what it can do locally: the message is left where it is (in Redis's
+    unacknowledged set, delivered again after the visibility timeout, where a duplicate is
+    harmless since its job's claim decides; or gone with a Redis that lost its data, whose
+    jobs the studio's requeue sends again), and the worker goes on, on its new channel.
+
+    The same class of failure, by kombu issue (none fixed as of kombu 5.7.0, the newest
+    release when this was written; each workaround can go once kombu raises a connection
+    error for a channel without a connection, or skips these calls itself):
+
+    - celery/kombu#970 (restoring the unacknowledged messages at a channel's close):
+      `QoS.restore_unacked`, also reached through `basic_recover`.
+    - celery/celery#6654 (a late acknowledgement on the channel of a lost connection,
+      "Couldn't ack"; Celery's answer, `worker_cancel_long_running_tasks_on_connection_loss`,
+      cancels such tasks, which would cut every running episode short): `QoS.ack` and
+      `QoS.reject` (`requeue` either way: `restore_by_tag` or `_remove_from_indices`).
+    - celery/kombu#582 (any command on a closed Redis channel: `_connparams` read a
+      connection that was gone): every other path (`restore_by_tag`, `restore_visible`,
+      `_remove_from_indices`, `_put`, `_size`, `queue_delete` ...) now raises redis-py's
+      ConnectionError there, which Celery and kombu treat as a lost broker (logged, the
+      consumer reconnects) instead of a bug that ends the worker.
+    """
+    import redis.exceptions
     from kombu.transport import redis as kombu_redis
+    from kombu.transport import virtual
 
-    restore = kombu_redis.QoS.restore_unacked
-    if getattr(restore, "studio_patched", False):
+    qos_class = kombu_redis.QoS
+    if getattr(qos_class.ack, "studio_patched", False):
         return
+    connparams = kombu_redis.Channel._connparams
+    ack = qos_class.ack
+    reject = qos_class.reject
+    restore_unacked = qos_class.restore_unacked
 
-    def restore_unacked(self, client=None):
-        if client is None and getattr(self.channel.connection, "client", None) is None:
-            logger.warning(
-                "the broker connection is gone: %d message(s) taken but not acknowledged are "
-                "left to the broker's redelivery and the studio's requeue",
-                len(self._delivered),
+    def connection_gone(channel) -> bool:
+        return getattr(channel.connection, "client", None) is None
+
+    def _connparams(self, *args, **kwargs):
+        if connection_gone(self):
+            raise redis.exceptions.ConnectionError(
+                "this broker channel was closed with its connection"
             )
+        return connparams(self, *args, **kwargs)
+
+    def left_to_the_broker(what: str) -> None:
+        logger.warning(
+            "the broker connection is gone: %s left to the broker's redelivery and the "
+            "studio's requeue",
+            what,
+        )
+
+    def qos_ack(self, delivery_tag):
+        if connection_gone(self.channel):
+            left_to_the_broker("a message done but not acknowledged is")
+            return virtual.QoS.ack(self, delivery_tag)  # this worker's own count of it
+        return ack(self, delivery_tag)
+
+    def qos_reject(self, delivery_tag, requeue=False):
+        if connection_gone(self.channel):
+            left_to_the_broker("a rejected message is")
+            return virtual.QoS.ack(self, delivery_tag)
+        return reject(self, delivery_tag, requeue=requeue)
+
+    def qos_restore_unacked(self, client=None):
+        if client is None and connection_gone(self.channel):
+            left_to_the_broker(f"{len(self._delivered)} message(s) taken but not done are")
             self._delivered.clear()
             return None
-        return restore(self, client)
+        return restore_unacked(self, client)
 
-    restore_unacked.studio_patched = True
-    kombu_redis.QoS.restore_unacked = restore_unacked
+    for patched in (qos_ack, qos_reject, qos_restore_unacked, _connparams):
+        patched.studio_patched = True
+    kombu_redis.Channel._connparams = _connparams
+    qos_class.ack = qos_ack
+    qos_class.reject = qos_reject
+    qos_class.restore_unacked = qos_restore_unacked
 
 
-_survive_restore_without_connection()
+_survive_a_channel_without_connection()
 
 # How long a `celery worker` thread keeps its PostgreSQL connection between tasks.
 WORKER_DB_CONN_MAX_AGE = 300

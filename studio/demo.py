@@ -33,6 +33,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 MODEL_THREADS = 16
 CORE_QUEUES = "celery,studio-control"
 MODEL_QUEUE = "studio-model"
+# A worker that ends by itself is started again, up to this many times in this many seconds;
+# past that it cannot start at all (its error shows above) and the demo stops.
+WORKER_RESTARTS = 5
+WORKER_RESTART_WINDOW_SECONDS = 60.0
 
 
 def _die_with_parent() -> None:
@@ -85,6 +89,10 @@ class Demo:
         self.var_dir = var_dir
         self.stopping = threading.Event()
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, list[str]] = {}
+        self.env: dict[str, str] = {}
+        # When each worker was last started again by `wait`, by child name.
+        self.restarts: dict[str, list[float]] = {}
         # Django, set up in the background while the children start, to say at Ctrl-C what
         # the worker was doing without making the stop wait for it.
         self.django_ready = threading.Event()
@@ -97,20 +105,25 @@ class Demo:
             # The demo runs as whoever starts it, root in a container included: no lecture.
             "PYTHONWARNINGS": "ignore:You're running the worker with superuser privileges",
         }
-        for name, command in _commands(self.port, self.var_dir).items():
-            self.children[name] = subprocess.Popen(
-                command,
-                cwd=BASE_DIR,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        for child in self.children.values():
-            threading.Thread(target=self._forward, args=(child,), daemon=True).start()
+        self.env = env
+        self.commands = _commands(self.port, self.var_dir)
+        for name in self.commands:
+            self._spawn(name)
         threading.Thread(target=self._set_up_django, daemon=True).start()
+
+    def _spawn(self, name: str) -> None:
+        child = subprocess.Popen(
+            self.commands[name],
+            cwd=BASE_DIR,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self.children[name] = child
+        threading.Thread(target=self._forward, args=(child,), daemon=True).start()
 
     def _set_up_django(self) -> None:
         try:
@@ -143,12 +156,37 @@ class Demo:
                 sys.stdout.flush()
 
     def wait(self) -> str | None:
-        """Until a signal asks to stop (None) or a child ends by itself (its name)."""
+        """Until a signal asks to stop (None) or a child ends by itself (its name). A worker
+        that ends is started again instead (`_restarted`)."""
         while not self.stopping.wait(0.2):
-            for name, child in self.children.items():
-                if child.poll() is not None:
+            for name, child in list(self.children.items()):
+                if child.poll() is not None and not self._restarted(name):
                     return name
         return None
+
+    def _restarted(self, name: str) -> bool:
+        """Start again a worker that ended by itself (killed, crashed): its episodes go on from
+        their last recorded turn under the same worker name. False for any other child, or a
+        worker that keeps ending (`WORKER_RESTARTS` within `WORKER_RESTART_WINDOW_SECONDS`):
+        that one cannot start, and says why above."""
+        if "worker" not in self.commands[name]:
+            return False
+        now = time.monotonic()
+        recent = [
+            at for at in self.restarts.get(name, []) if now - at < WORKER_RESTART_WINDOW_SECONDS
+        ]
+        if len(recent) >= WORKER_RESTARTS:
+            return False
+        self.restarts[name] = [*recent, now]
+        ended = self.children[name]
+        # Its pool processes, should any outlive it.
+        _signal_group(ended.pid, signal.SIGKILL)
+        print(
+            f"The {name} stopped unexpectedly (exit status {ended.returncode}); starting it again.",
+            flush=True,
+        )
+        self._spawn(name)
+        return True
 
     def stop(self) -> None:
         self.stopping.set()

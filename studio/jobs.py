@@ -49,6 +49,7 @@ __all__ = [
     "jobs_requeue",
     "most_at_once",
     "outage_countdown",
+    "outage_said_in_one_line",
     "register",
     "retry_after_outage",
 ]
@@ -442,6 +443,26 @@ def jobs_requeue() -> dict[str, int]:
             "requeue): sending every waiting job again"
         )
     return {kind.name: len(kind.requeue(broker_lost=broker_lost)) for kind in job_kinds()}
+
+
+@contextlib.contextmanager
+def outage_said_in_one_line(task_name: str) -> Iterator[None]:
+    """Around a periodic task's work (beat's, every few seconds): the database or the broker
+    being down (`is_outage`) is said in one warning line, as the commands say it, not in a
+    traceback per run; its next run does the work once the service is back. Anything else
+    is raised as before."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        text = str(exc).strip()
+        reason = text.splitlines()[0][:300] if text else type(exc).__name__
+        logger.warning(
+            "%s: the database or the task queue is unreachable (%s); its next run tries again",
+            task_name,
+            reason,
+        )
 
 
 def retry_after_outage(task: Any, exc: BaseException | None = None, **options: Any) -> Exception:

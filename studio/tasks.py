@@ -11,4 +11,6 @@ from studio import jobs
 def jobs_requeue() -> dict[str, int]:
     # The one beat entry for every job kind: sends again what a dead worker left or what
     # never reached the broker (each kind's `requeue`).
-    return jobs.jobs_requeue()
+    with jobs.outage_said_in_one_line("studio.tasks.jobs_requeue"):
+        return jobs.jobs_requeue()
+    return {}

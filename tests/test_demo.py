@@ -4,10 +4,12 @@ in a few lines, and nothing is left outside the var directory."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -152,3 +154,85 @@ def test_it_stops_server_worker_and_scheduler_on_ctrl_c(tmp_path):
     assert lines[shown_before:][-1:] == ["Stopped the studio, the workers and the scheduler.\n"]
     assert (var_dir / "studio.sqlite3").exists() and (var_dir / "broker" / "control").is_dir()
     assert _untracked() == before, "the demo left files outside its var directory"
+
+
+def _worker_children(demo_pid: int) -> set[int]:
+    """The demo's own `celery worker` children (not their pool processes)."""
+    tree = _children()
+    return {
+        pid
+        for pid in tree.get(demo_pid, [])
+        if _alive(pid)
+        and " worker "
+        in Path(f"/proc/{pid}/cmdline").read_text(errors="replace").replace("\0", " ")
+    }
+
+
+def test_a_killed_worker_is_started_again_and_a_batch_still_finishes(tmp_path):
+    from tests.faults.test_demo_interrupted import _demo_env
+
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    env = _demo_env(var_dir)
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    manage("migrate", "--noinput", "-v0")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "studio.demo"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(demo.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: _worker_children(demo.pid),
+            timeout=120,
+            every=0.5,
+            what=lambda: "the demo's worker to start:\n" + "".join(lines),
+        )
+        time.sleep(3)  # past its start-up
+        killed = _worker_children(demo.pid)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        wait_until(
+            lambda: len(_worker_children(demo.pid) - killed) == len(killed),
+            timeout=60,
+            every=0.5,
+            what=lambda: "a new worker for each one killed:\n" + "".join(lines),
+        )
+        assert demo.poll() is None, "".join(lines)
+        summary = manage(
+            "rollout", "--policy", "scripted", "--seeds", "0-1", "--steps", "10", "--wait"
+        )  # fmt: skip
+        outcome = json.loads(summary.strip().splitlines()[-1])
+        assert (outcome["finished"], outcome["failed"]) == (2, 0), summary
+        assert demo.poll() is None, "".join(lines)
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)
+        try:
+            demo.wait(timeout=30)
+        finally:
+            if demo.poll() is None:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.wait()
+        reader.join(timeout=5)
+    output = "".join(lines)
+    assert output.count("stopped unexpectedly (exit status -9); starting it again.") == len(killed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from studio.jobs import is_outage, retry_after_outage
+from studio.jobs import is_outage, outage_said_in_one_line, retry_after_outage
 from training import services
 
 # Countdowns stay far below the broker's visibility timeout (2 h): a delayed message is
@@ -46,8 +46,10 @@ def training_job_submit(self, job_id: int, outages: int = 0) -> str:
 def training_jobs_poll() -> int:
     # Beat follows training here (submissions are re-sent by `studio.tasks.jobs_requeue`),
     # and sends again the cancels that never reached the provider.
-    services.training_cancels_resend()
-    return services.training_jobs_poll_active()
+    with outage_said_in_one_line("training.tasks.training_jobs_poll"):
+        services.training_cancels_resend()
+        return services.training_jobs_poll_active()
+    return 0
 
 
 @shared_task(acks_late=True, time_limit=600)
