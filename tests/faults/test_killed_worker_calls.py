@@ -136,3 +136,58 @@ def test_a_killed_workers_requests_are_all_counted_and_at_most_one_turn_asked_ag
     assert all(times <= 1 for times in paid_twice.values()), paid_twice
     assert calls + retries == len(endpoint.requests), (calls, retries, len(endpoint.requests))
     print(f"{len(endpoint.requests)} requests, counted {calls} + {retries}; {paid_twice}")
+
+
+def _probe_run(stack: Stack, run_id: int) -> tuple[str, int, int, int]:
+    return stack.postgres.rows(
+        "SELECT status, answered, model_calls, model_retries FROM probes_proberun WHERE id = %s",
+        run_id,
+    )[0]
+
+
+def test_a_probe_run_whose_worker_is_killed_counts_every_request_it_sent(stack: Stack, request):
+    endpoint = Endpoint()
+    endpoint.delay = 0.3
+    endpoint.start()
+    folder = stack.root / request.node.name
+    folder.mkdir()
+    try:
+        with processes(folder, stack.env) as studio:
+            victim = studio.worker("victim", threads=4)
+            studio.scheduler()
+            _manage(
+                stack, "rollout", "--policy", "random", "--seeds", "100-101", "--steps", "40",
+                "--inline",
+            )  # fmt: skip
+            made = json.loads(
+                _manage(stack, "probe_set", "--seed", "7", "--per-episode", "3")
+                .strip()
+                .splitlines()[-1]
+            )
+            _manage(stack, "endpoint", "probed", "--kind", "chat", "--base-url", endpoint.url)
+            out = _manage(
+                stack, "probe_run", str(made["set_id"]), "--endpoint", "probed", "--model",
+                "fault-model", "--observation", "none", "--concurrency", "8",
+            )  # fmt: skip
+            run_id = json.loads(out.strip().splitlines()[-1])["run_id"]
+            deadline = time.monotonic() + 90
+            while _probe_run(stack, run_id)[1] < 4:
+                assert time.monotonic() < deadline, studio.logs()
+                time.sleep(0.05)
+            # Mid-call: the answers land as the calls end, 0.3 s apart in each chunk.
+            time.sleep(0.15)
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+            studio.worker("heir", threads=4)
+            deadline = time.monotonic() + 150
+            while _probe_run(stack, run_id)[0] not in ("done", "failed"):
+                assert time.monotonic() < deadline, studio.logs()
+                time.sleep(0.5)
+            status, answered, calls, retries = _probe_run(stack, run_id)
+            detail = studio.logs()
+    finally:
+        endpoint.stop()
+    assert (status, answered) == ("done", made["questions"]), detail
+    # A probe run's model_calls are its requests, retries among them.
+    assert calls == len(endpoint.requests) > made["questions"], (calls, len(endpoint.requests))
+    print(f"probe run: {len(endpoint.requests)} requests, counted {calls} ({retries} retries)")
