@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings as django_settings
 
@@ -31,7 +32,7 @@ FIRST_TRIES = "model_calls"
 RETRIES = "model_retries"
 
 _client_lock = threading.Lock()
-_clients: dict[str, object] = {}
+_clients: dict[str, Any] = {}
 
 
 def _client():

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from rollouts.game.crafter_env import library_versions
 from rollouts.game.tools import PROMPT_VERSION, system_prompt
@@ -263,13 +264,15 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
             heartbeat_at__lt=now - EPISODE.stale_after(),
         )
         unheld = dead.aggregate(**{name: Sum(name) for name in EPISODE_COUNTERS})
-        # ... and the requests they sent that no written turn counts.
-        for row in dead.values("id", *SENT_FIELDS):
-            for name, value in sent_calls.unsettled_calls(
-                sent_calls.episode_key(row["id"], batch_created_at=locked.created_at),
-                counted=row,
-            ).items():
-                unheld[name] = (unheld[name] or 0) + value
+        # ... and the requests they sent that no written turn counts (Redis gone: a cancel
+        # still goes through, with the rows' counts).
+        with contextlib.suppress(RedisError):
+            for row in dead.values("id", *SENT_FIELDS):
+                for name, value in sent_calls.unsettled_calls(
+                    sent_calls.episode_key(row["id"], batch_created_at=locked.created_at),
+                    counted=row,
+                ).items():
+                    unheld[name] = (unheld[name] or 0) + value
         dead.update(claim_token="")
         stopped = Episode.objects.filter(
             batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
