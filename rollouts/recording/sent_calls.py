@@ -2,8 +2,8 @@
 
 A turn's (or a probe answer's) calls are counted in PostgreSQL with its row, once it is
 written; a worker killed before that sent requests that no row holds. Each request is counted
-here first (one pipelined HINCRBY and EXPIRE, before the request goes out: a SIGKILL after it
-cannot undo it), and whoever takes the work over settles what no row counted.
+here first (one HINCRBY, before the request goes out: a SIGKILL after it cannot undo it),
+and whoever takes the work over settles what no row counted.
 
 An episode's key holds its sent first tries and retries since it was created, as its row's
 `model_calls` and `model_retries` hold those its written turns counted: the difference is
@@ -72,10 +72,9 @@ def count_sent(key: str, *, retry: bool) -> None:
     if client is None:
         return
     try:
-        pipe = client.pipeline(transaction=False)
-        pipe.hincrby(key, RETRIES if retry else FIRST_TRIES, 1)
-        pipe.expire(key, KEY_SECONDS)
-        pipe.execute()
+        # One round trip a request: the key's lifetime is set by the first count of a field.
+        if client.hincrby(key, RETRIES if retry else FIRST_TRIES, 1) == 1:
+            client.expire(key, KEY_SECONDS)
     except Exception as exc:  # a count is never worth a call's failure
         logger.warning("could not count a sent request in Redis: %s", type(exc).__name__)
 
