@@ -155,12 +155,14 @@ def test_a_probe_run_whose_worker_is_killed_counts_every_request_it_sent(stack: 
         with processes(folder, stack.env) as studio:
             victim = studio.worker("victim", threads=4)
             studio.scheduler()
-            _manage(
+            played = _manage(
                 stack, "rollout", "--policy", "random", "--seeds", "100-101", "--steps", "40",
                 "--inline",
             )  # fmt: skip
+            # Its questions on this batch's frames only (the module's other tests record too).
+            batch = str(json.loads(played.strip().splitlines()[-1])["batch_id"])
             made = json.loads(
-                _manage(stack, "probe_set", "--seed", "7", "--per-episode", "3")
+                _manage(stack, "probe_set", "--batch", batch, "--seed", "7", "--per-episode", "3")
                 .strip()
                 .splitlines()[-1]
             )
