@@ -319,6 +319,11 @@ def run_sequential(settings) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-sequential", action="store_true")
+    parser.add_argument(
+        "--priced",
+        action="store_true",
+        help="through a named endpoint with prices (every turn written as soon as decided)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side; the best counts")
     parser.add_argument("--episodes", type=int, default=EPISODES)
     parser.add_argument("--turns", type=int, default=TURNS, help="turns (model calls) per episode")
@@ -368,12 +373,30 @@ def main() -> None:
     app.control.purge()
 
     server = Endpoint(delay=DELAY)
+    endpoint_name = ""
+    if args.priced:
+        from decimal import Decimal
+
+        from studio.models import Endpoint as NamedEndpoint
+
+        endpoint_name = "bench-priced"
+        NamedEndpoint.objects.update_or_create(
+            name=endpoint_name,
+            defaults={
+                "kind": NamedEndpoint.Kind.CHAT,
+                "base_url": server.url,
+                "input_price_per_million": Decimal("0.15"),
+                "output_price_per_million": Decimal("0.60"),
+                "concurrency": args.concurrency,
+            },
+        )
 
     def settings(name: str, seeds: range, steps: int) -> RolloutSettings:
         return RolloutSettings(
             policy="openai",
             model="bench-vlm",
             base_url=server.url,
+            endpoint=endpoint_name,
             seeds=tuple(seeds),
             steps=steps,
             concurrency=args.concurrency,

@@ -34,6 +34,7 @@ from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, P
 from probes.prompting import LETTERS, OBSERVATIONS, question_messages
 from probes.results import AnswerRecord, is_error, run_results
 from rollouts.policies.base import PolicyUnavailable
+from rollouts.recording import sent_calls
 from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import RolloutSettings
 from studio.endpoints import (
@@ -247,12 +248,17 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     )
     claim_keeper.keep(chunk_id, token)
     held = _ClaimCheck(chunk_id=chunk_id, token=token)
+    key = ""  # the question being asked's count of requests sent (`sent_calls`)
     try:
         asker = ProbeAsker(asker_settings(run), seed=run.probe_set.seed)
         asker.before_retry = held.check  # a canceled run sends no retry either
         store = FrameStore()
-        for question in _questions_left(chunk):
+        questions = list(_questions_left(chunk))
+        _unanswered_calls_settle(run=run, question_ids=[q.id for q in questions])
+        for question in questions:
             held.check()  # a canceled run (or a chunk taken over) asks nothing more
+            key = sent_calls.question_key(run.id, question.id, run_created_at=run.created_at)
+            asker.on_send = lambda retry, key=key: sent_calls.count_sent(key, retry=retry)
             asked = _ask(asker, run=run, question=question, store=store)
             _answer_store(run=run, chunk_id=chunk_id, token=token, question=question, asked=asked)
     except ClaimLost:
@@ -260,7 +266,7 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
         return "claim_lost"
     except PolicyUnavailable as exc:
         if exc.decision is not None:  # the question that gave up: its calls were made
-            _calls_count(run_id=run.id, asked=asked_from(exc.decision, "", ""))
+            _calls_count(run_id=run.id, asked=asked_from(exc.decision, "", ""), key=key)
         probe_run_fail(run_id=run.id, error=str(exc))
         return "failed"
     except Exception as exc:  # a poison chunk is set aside, and its run with it: never stuck
@@ -392,7 +398,9 @@ def _answer_store(
     if not stored:
         # Canceled, or taken over: the answer is not this worker's to store, but its calls
         # were made and are counted.
-        _calls_count(run_id=run.id, asked=asked)
+        _calls_count(run_id=run.id,
+            asked=asked,
+            key=sent_calls.question_key(run.id, question.id, run_created_at=run.created_at),)
         raise ClaimLost(f"probe chunk {chunk_id} is no longer this worker's")
 
 
@@ -458,14 +466,33 @@ _COUNTERS = (
 )
 
 
-def _calls_count(*, run_id: int, asked: Asked) -> None:
-    """Count calls no answer was stored for (the question after which the run gave up)."""
+def _calls_count(*, run_id: int, asked: Asked, key: str) -> None:
+    """Count calls no answer was stored for (the question after which the run gave up);
+    counted here, they are no longer the question's to settle (`_unanswered_calls_settle`)."""
     ProbeRun.objects.filter(id=run_id).update(
         model_calls=F("model_calls") + asked.requests,
         model_retries=F("model_retries") + asked.retries,
         prompt_tokens=F("prompt_tokens") + asked.prompt_tokens,
         completion_tokens=F("completion_tokens") + asked.completion_tokens,
     )
+    sent_calls.forget([key])
+
+
+def _unanswered_calls_settle(*, run: ProbeRun, question_ids: list[int]) -> None:
+    """Count on the run the requests sent for questions no answer was stored for (a worker
+    killed while asking them), before they are asked again: a stored answer counts its own."""
+    keys = [
+        sent_calls.question_key(run.id, question_id, run_created_at=run.created_at)
+        for question_id in question_ids
+    ]
+    sent = sent_calls.questions_sent(keys)
+    if not any(sent.values()):
+        return
+    ProbeRun.objects.filter(id=run.id).update(
+        model_calls=F("model_calls") + sent[sent_calls.FIRST_TRIES] + sent[sent_calls.RETRIES],
+        model_retries=F("model_retries") + sent[sent_calls.RETRIES],
+    )
+    sent_calls.forget(keys)
 
 
 def _run_close_if_complete(*, run_id: int) -> bool:

@@ -38,7 +38,7 @@ from rollouts.policies.base import (
     Policy,
     PolicyUnavailable,
 )
-from rollouts.recording import claim_keeper
+from rollouts.recording import claim_keeper, sent_calls
 from rollouts.recording.frame_store import FrameStore, frame_name
 from rollouts.rollout_settings import RolloutSettings
 from studio.claims import ClaimLost
@@ -236,6 +236,8 @@ class EpisodeRecorder:
         prefix_only: bool = False,
         resume: ResumePoint | None = None,
         end: Callable[[EpisodeTotals], bool] | None = None,
+        unsettled: dict[str, int] | None = None,
+        priced: bool = False,
     ) -> None:
         self.episode = episode
         # Ends the episode (False: its claim was lost) in the transaction of its last rows,
@@ -256,6 +258,13 @@ class EpisodeRecorder:
         self.totals = EpisodeTotals()
         if resume is not None:
             self.totals.restore(resume.counters, credited=resume.credited)
+        # Requests an earlier attempt sent and never wrote a turn for (`sent_calls`): paid
+        # for, so counted, though their answers (and tokens) died with that worker.
+        for name, value in (unsettled or {}).items():
+            setattr(self.totals, name, getattr(self.totals, name) + value)
+        # An endpoint with prices has each turn written as soon as it is decided: a kill then
+        # asks again only the call that was in flight, whatever the calls' latency.
+        self.priced = priced
         self._frames: list[Frame] = []
         self._turns: list[Turn] = []
         self._writing: Future[None] | None = None
@@ -327,6 +336,9 @@ class EpisodeRecorder:
         self._claim_checked = time.monotonic()
         if self.live and hasattr(self.policy, "before_retry"):
             self.policy.before_retry = self._check_claim
+        if self.live and hasattr(self.policy, "on_send"):
+            key = sent_calls.episode_key(episode.id, batch_created_at=episode.batch.created_at)
+            self.policy.on_send = lambda retry: sent_calls.count_sent(key, retry=retry)
         while not done and not self._canceled:
             if self.live:
                 # Cancel marks the episode: a model episode stops before its next paid call,
@@ -430,8 +442,12 @@ class EpisodeRecorder:
     def _live_write_due(self) -> bool:
         """A model episode writes its turns as they are played: at once when its calls take
         `STUDIO_LIVE_WRITE_SECONDS` or more (as a real model's do), else at most that often
-        (a local server answering in milliseconds would otherwise pay a transaction a turn)."""
+        (a local server answering in milliseconds would otherwise pay a transaction a turn).
+        With prices, every turn at once (`priced`): a turn not written is asked again."""
         now = time.monotonic()
+        if self.priced:
+            self._written_at = now
+            return True
         if now - self._written_at < django_settings.STUDIO_LIVE_WRITE_SECONDS:
             return False
         self._written_at = now

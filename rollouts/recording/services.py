@@ -18,6 +18,7 @@ from typing import Any
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from rollouts.game.crafter_env import library_versions
 from rollouts.game.tools import PROMPT_VERSION, system_prompt
@@ -25,7 +26,7 @@ from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.recording import claim_keeper
+from rollouts.recording import claim_keeper, sent_calls
 from rollouts.recording.fork_replay import fork_prefix_of
 from rollouts.recording.recorder import (
     DATABASE_GONE,
@@ -39,6 +40,7 @@ from rollouts.recording.recorder import (
     batch_counters_of,
 )
 from rollouts.rollout_settings import RolloutSettings
+from rollouts.selectors_spend import endpoint_prices
 from studio import claims, queue
 from studio.errors import plain_error
 from studio.jobs import ClaimLost, JobOutcome, error_cut, is_outage
@@ -53,6 +55,10 @@ EPISODE_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED, Episode.Status.
 
 # A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
 Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
+
+
+# The row counters that `sent_calls` counts too, as requests leave.
+SENT_FIELDS = (sent_calls.FIRST_TRIES, sent_calls.RETRIES)
 
 
 def batch_create(
@@ -258,6 +264,15 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
             heartbeat_at__lt=now - EPISODE.stale_after(),
         )
         unheld = dead.aggregate(**{name: Sum(name) for name in EPISODE_COUNTERS})
+        # ... and the requests they sent that no written turn counts (Redis gone: a cancel
+        # still goes through, with the rows' counts).
+        with contextlib.suppress(RedisError):
+            for row in dead.values("id", *SENT_FIELDS):
+                for name, value in sent_calls.unsettled_calls(
+                    sent_calls.episode_key(row["id"], batch_created_at=locked.created_at),
+                    counted=row,
+                ).items():
+                    unheld[name] = (unheld[name] or 0) + value
         dead.update(claim_token="")
         stopped = Episode.objects.filter(
             batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
@@ -371,6 +386,10 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
 
 def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, policy) -> JobOutcome:
     resume = None
+    unsettled = None
+    calls_model = policy_calls_model(policy)
+    if episode.attempts > 1 and calls_model:
+        unsettled = _unsettled_calls(episode=episode)
     if episode.attempts > 1:
         resume = _resume_point(episode=episode, token=token, resumable=policy_calls_model(policy))
     try:
@@ -398,6 +417,8 @@ def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, po
             prefix=prefix,
             resume=resume,
             end=finish,
+            unsettled=unsettled,
+            priced=calls_model and endpoint_prices(name=settings.endpoint) is not None,
         )
 
     recorder = recorder_for(resume, prefix)
@@ -441,6 +462,15 @@ def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, po
 
 def policy_calls_model(policy) -> bool:
     return bool(getattr(policy, "calls_model", False))
+
+
+def _unsettled_calls(*, episode: Episode) -> dict[str, int]:
+    """Requests an earlier attempt sent that its row does not count (its worker died before
+    writing their turns): read before anything is written, so its counts are the last
+    attempt's."""
+    counted = Episode.objects.filter(id=episode.id).values(*SENT_FIELDS).first() or {}
+    key = sent_calls.episode_key(episode.id, batch_created_at=episode.batch.created_at)
+    return sent_calls.unsettled_calls(key, counted=counted)
 
 
 def _resume_point(*, episode: Episode, token: str, resumable: bool) -> ResumePoint | None:

@@ -151,6 +151,9 @@ class OpenAIPolicy:
         # Set by the recorder: raises when the episode must not call again (its batch was
         # canceled), checked before each retry of a call.
         self.before_retry: Callable[[], None] | None = None
+        # Set by the recorder (or a probe chunk): counts each request as it leaves, whether a
+        # retry, so that a worker killed before its answer is written has it counted.
+        self.on_send: Callable[[bool], None] | None = None
         # History shows each frame again in later turns: its base64 is made once.
         self.image_urls = ImageUrls(keep=settings.history_frames + 1)
 
@@ -214,6 +217,8 @@ class OpenAIPolicy:
             try:
                 with self.limiter.slot(on_wait):
                     self._endpoint_check(decision)
+                    if self.on_send is not None:
+                        self.on_send(decision.model_called)
                     started = time.monotonic()
                     decision.model_called = True
                     body = self._post(messages)
