@@ -398,9 +398,11 @@ def _answer_store(
     if not stored:
         # Canceled, or taken over: the answer is not this worker's to store, but its calls
         # were made and are counted.
-        _calls_count(run_id=run.id,
+        _calls_count(
+            run_id=run.id,
             asked=asked,
-            key=sent_calls.question_key(run.id, question.id, run_created_at=run.created_at),)
+            key=sent_calls.question_key(run.id, question.id, run_created_at=run.created_at),
+        )
         raise ClaimLost(f"probe chunk {chunk_id} is no longer this worker's")
 
 
