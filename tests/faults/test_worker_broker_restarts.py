@@ -101,6 +101,11 @@ def test_every_worker_outlives_ten_redis_restarts_in_a_row_and_the_batch_ends(
     assert len(rows) == outages.SEEDS, detail
     for seed, _status, steps, turns, distinct, last, _error in rows:
         assert (steps, turns, distinct, last) == (STEPS, STEPS, STEPS, STEPS - 1), (seed, detail)
+    # Every request the endpoint received is counted on the batch.
+    calls, retries = stack.postgres.rows(
+        "SELECT model_calls, model_retries FROM rollouts_rolloutbatch WHERE id = %s", batch_id
+    )[0]
+    assert calls + retries == len(endpoint.requests), (calls, retries, len(endpoint.requests))
     # The very processes that started: none died and was replaced.
     assert all(studio.alive().values()), studio.logs()
     assert {name: studio.children[name].pid for name in WORKERS} == pids
