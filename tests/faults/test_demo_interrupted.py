@@ -93,5 +93,5 @@ def test_ctrl_c_says_which_episodes_it_interrupted_and_that_they_resume(tmp_path
     assert lines[-2:] == [
         f"Interrupted 2 episodes of batch {batch_id} at steps {first} and {second}: the next"
         " `make demo` resumes them from their last recorded turn.",
-        "Stopped the studio, the worker and the scheduler.",
+        "Stopped the studio, the workers and the scheduler.",
     ], output
