@@ -432,7 +432,7 @@ def redis_connection_options() -> dict:
     }
 
 
-def _redis_client(url: str):
+def redis_client(url: str):
     # One client (and connection pool) per URL and process; redis-py's pool is thread-safe
     # and notices a fork, so Celery's prefork children get their own connections.
     with _clients_lock:
@@ -461,7 +461,7 @@ def limiter_for(
     url = django_settings.REDIS_URL if redis_url is None else redis_url
     if url and url.startswith(("redis://", "rediss://", "unix://")):
         return RedisLimiter(
-            client=_redis_client(url),
+            client=redis_client(url),
             base_url=base_url,
             concurrency=concurrency,
             requests_per_minute=requests_per_minute,

@@ -16,13 +16,11 @@ Without Redis (the demo's filesystem broker) nothing is counted here: the rows' 
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings as django_settings
 
-from rollouts.policies.rate_limit import redis_connection_options
+from rollouts.policies.rate_limit import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -31,24 +29,12 @@ KEY_SECONDS = 7 * 24 * 3600
 FIRST_TRIES = "model_calls"
 RETRIES = "model_retries"
 
-_client_lock = threading.Lock()
-_clients: dict[str, Any] = {}
-
 
 def _client():
     url = django_settings.REDIS_URL
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         return None
-    with _client_lock:
-        client = _clients.get(url)
-        if client is None:
-            import redis
-
-            client = redis.Redis.from_url(
-                url, socket_timeout=10, socket_connect_timeout=5, **redis_connection_options()
-            )
-            _clients[url] = client
-        return client
+    return redis_client(url)  # the limiter's client: one pool per URL and process
 
 
 def episode_key(episode_id: int, *, batch_created_at: datetime) -> str:
