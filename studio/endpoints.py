@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import QuerySet
 
 from studio.key_names import key_env_name_allowed
@@ -93,23 +92,11 @@ def endpoint_read_since(*, name: str, since: float) -> Endpoint | None:
         if read is not None and _read_fresh(read[0], since=since):
             return read[1]
         asked = time.monotonic()  # the row seen is as it was at this moment or later
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT kind, base_url, api_key_env, enabled FROM {Endpoint._meta.db_table} "
-                "WHERE name = %s",
-                [name],
-            )
-            row = cursor.fetchone()
-        endpoint = None
-        if row is not None:
-            kind, base_url, api_key_env, enabled = row
-            endpoint = Endpoint(
-                name=name,
-                kind=kind,
-                base_url=base_url,
-                api_key_env=api_key_env,
-                enabled=bool(enabled),
-            )
+        endpoint = (
+            Endpoint.objects.only("name", "kind", "base_url", "api_key_env", "enabled")
+            .filter(name=name)
+            .first()
+        )
         _endpoints_read[name] = (asked, endpoint)
         return endpoint
 
