@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from studio.testing import manage as studio_manage
 from studio.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,14 +177,7 @@ def test_a_killed_worker_is_started_again_and_a_batch_still_finishes(tmp_path):
     env = _demo_env(var_dir)
 
     def manage(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = studio_manage(*args, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
