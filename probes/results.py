@@ -169,7 +169,7 @@ class RunResults:
     subjects: dict[str, dict[str, Accuracy]]
 
     def kinds_json(self) -> dict[str, dict[str, object]]:
-        """SPEC section 4's `kinds` of `probe_run`: accuracy, interval and chance per kind,
+        """The `kinds` of `probe_run`'s last line: accuracy, interval and chance per kind,
         over its questions answered, and its questions asked, answered and errors."""
         return {
             kind: {

@@ -545,7 +545,7 @@ def run_answer_records(*, run_id: int) -> list[AnswerRecord]:
 
 
 def probe_run_summary(*, run: ProbeRun) -> dict[str, Any]:
-    """`probe_run`'s last line (SPEC section 4), plus the run's status and counters.
+    """`probe_run`'s last line, plus the run's status and counters.
     `answered` counts the answers naming a choice, what `accuracy` is over (null when there
     is none); `errors` the rest, apart."""
     run.refresh_from_db()

@@ -52,7 +52,7 @@ def error_lines(command: str, message: str) -> list[str]:
 
 
 class StudioCommand(BaseCommand):
-    """Bad input is `NAME: error: ...` on stderr and exit status 2 (SPEC section 4); a
+    """Bad input is `NAME: error: ...` on stderr and exit status 2, as argparse says it; a
     database or task queue that cannot be reached is one line too, and exit status 1."""
 
     # Django assigns `self.stdout` and `self.stderr` itself (when built, and again in
