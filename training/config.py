@@ -1,4 +1,4 @@
-"""The training config (SPEC section 7): a strict reader of synth-ai's TOML. Pure, no Django.
+"""The training config (docs/formats.md): a strict reader of synth-ai's TOML. Pure, no Django.
 
 Every section and key of the reference `configs/crafter_vlm_gpt4o.toml` is declared once
 below with its type and allowed values. Anything else is an error naming the key and its

@@ -1,12 +1,77 @@
-"""Training providers behind one interface (`base.Provider`); one module each."""
+"""Training providers, each declared once: a `ProviderKind` at the bottom of its client's
+module (`synth.py`, `openai.py`), read by everything else.
+
+The form's and `submit_training --provider`'s choices, the job's and endpoint's choice lists,
+the CLI's key variable and default URL, and the rows uploaded all ask the kind rather than
+compare its name. Adding a provider is one module here and one import line at the bottom of
+this file (docs/how-to-add/provider.md).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from training.providers.base import Provider, ProviderError
 
-PROVIDERS = ("synth", "openai")
+
+@dataclass(frozen=True)
+class ProviderKind:
+    """What a training provider is: everything the studio asks of it."""
+
+    name: str
+    # The client: built with base_url, api_key, max_retries and before_request.
+    client: Callable[..., Provider]
+    # The environment variable holding the CLI's key (the browser uses its endpoint's).
+    key_env: str
+    # The base URL when the command line gives none ("" when there is no default).
+    default_url: Callable[[], str]
+    # The setting that gives the default URL, named when it is missing.
+    url_setting: str
+    # The export row format its files are uploaded in (curation.row_formats).
+    row_format: str
+    # The admin-named endpoints (studio.Endpoint kind) a browser job may pick for it.
+    endpoint_kind: str
+    endpoint_label: str
+
+
+_KINDS: dict[str, ProviderKind] = {}
+
+
+def register(kind: ProviderKind) -> ProviderKind:
+    """Add a provider (its module's one call), and its endpoint kind to studio's list."""
+    from studio.models import endpoint_kind_add
+
+    if kind.name in _KINDS:
+        raise ValueError(f"training provider {kind.name!r} is registered twice")
+    _KINDS[kind.name] = kind
+    endpoint_kind_add(kind.endpoint_kind, kind.endpoint_label)
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove a provider (tests that register a throwaway one)."""
+    from studio.models import endpoint_kind_remove
+
+    kind = _KINDS.pop(name, None)
+    if kind is not None:
+        endpoint_kind_remove(kind.endpoint_kind)
+
+
+def provider_kinds() -> tuple[ProviderKind, ...]:
+    return tuple(_KINDS.values())
+
+
+def provider_names() -> tuple[str, ...]:
+    return tuple(_KINDS)
+
+
+def provider_kind(name: str) -> ProviderKind:
+    """The provider called `name`; ProviderError naming the registered ones otherwise."""
+    found = _KINDS.get(name)
+    if found is None:
+        raise ProviderError(f"provider: {name!r} is not one of {', '.join(_KINDS)}")
+    return found
 
 
 def provider_for(
@@ -21,21 +86,20 @@ def provider_for(
     STUDIO_TRAINING_MAX_RETRIES; a poll asks for none, the next poll being its retry).
     `before_request`: called before every request, each retry included; what it raises
     (a `ProviderError`) stops that request unsent."""
-    options = {
-        "base_url": base_url,
-        "api_key": api_key,
-        "max_retries": max_retries,
-        "before_request": before_request,
-    }
-    if name == "synth":
-        from training.providers.synth import SynthProvider
-
-        return SynthProvider(**options)
-    if name == "openai":
-        from training.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(**options)
-    raise ProviderError(f"provider: {name!r} is not one of {', '.join(PROVIDERS)}")
+    return provider_kind(name).client(
+        base_url=base_url, api_key=api_key, max_retries=max_retries, before_request=before_request
+    )
 
 
-__all__ = ["PROVIDERS", "Provider", "ProviderError", "provider_for"]
+__all__ = [
+    "Provider",
+    "ProviderError",
+    "ProviderKind",
+    "provider_for",
+    "provider_kind",
+    "provider_kinds",
+    "provider_names",
+]
+
+# The providers, in the order the form and `--provider` list them.
+from training.providers import synth, openai  # noqa: E402, F401, I001

@@ -16,6 +16,7 @@ from typing import Any
 import openai
 from django.conf import settings
 
+from training.providers import ProviderKind, register
 from training.providers.base import (
     MAX_EVENT_PAGES_PER_POLL,
     MAX_EVENTS_PER_POLL,
@@ -347,3 +348,17 @@ def _event(event: Any) -> RemoteEvent:
         validation_loss=clean_number(data.get("valid_loss", data.get("full_valid_loss"))),
         data=data,
     )
+
+
+OPENAI = register(
+    ProviderKind(
+        name="openai",
+        client=OpenAIProvider,
+        key_env="OPENAI_API_KEY",
+        default_url=lambda: settings.OPENAI_BASE_URL or DEFAULT_BASE_URL,
+        url_setting="OPENAI_BASE_URL",
+        row_format="openai",
+        endpoint_kind="openai",
+        endpoint_label="Training: OpenAI-compatible fine-tuning",
+    )
+)
