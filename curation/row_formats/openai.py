@@ -2,7 +2,7 @@
 (at least 10 rows in the training file, at most 10 images a row). Preference pairs are
 OpenAI's DPO rows."""
 
-from curation.row_formats import RowFormat, register
+from curation.row_formats.base import RowFormat, register
 
 # OpenAI refuses a training file of fewer rows (curation.validation.MIN_ROWS).
 MIN_TRAIN_ROWS = 10

@@ -1,6 +1,6 @@
 """The studio's own rows: as recorded, with the metadata object (docs/export-format.md)."""
 
-from curation.row_formats import RowFormat, register
+from curation.row_formats.base import RowFormat, register
 
 STUDIO = register(
     RowFormat(

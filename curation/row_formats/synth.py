@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from curation.row_formats import RowFormat, register
+from curation.row_formats.base import RowFormat, register
 
 # synth-ai 0.2.10's SFT loader (`synth_ai.learning.sft.data`) refuses shorter conversations.
 SYNTH_MIN_MESSAGES = 2

@@ -16,7 +16,6 @@ from typing import Any
 import openai
 from django.conf import settings
 
-from training.providers import ProviderKind, register
 from training.providers.base import (
     MAX_EVENT_PAGES_PER_POLL,
     MAX_EVENTS_PER_POLL,
@@ -35,6 +34,7 @@ from training.providers.base import (
     remote_status,
 )
 from training.providers.http import call_seconds, provider_http_client, upload_seconds
+from training.providers.kinds import ProviderKind, register
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 STATUS_MAP = {

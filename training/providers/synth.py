@@ -19,7 +19,6 @@ from typing import Any
 import httpx2
 from django.conf import settings
 
-from training.providers import ProviderKind, register
 from training.providers.base import (
     MAX_EVENTS_PER_POLL,
     JobSpec,
@@ -44,6 +43,7 @@ from training.providers.http import (
     provider_http_client,
     upload_seconds,
 )
+from training.providers.kinds import ProviderKind, register
 
 CHUNK = 1 << 20
 # run_fft_and_save.py forwards these hyperparameters as they are; the studio adds
