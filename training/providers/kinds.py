@@ -4,8 +4,9 @@ providers)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from training.config import ConfigKeys, schema_add, schema_remove
 from training.providers.base import Provider, ProviderError
 
 
@@ -27,17 +28,21 @@ class ProviderKind:
     # The admin-named endpoints (studio.Endpoint kind) a browser job may pick for it.
     endpoint_kind: str
     endpoint_label: str
+    # TOML keys it reads beyond the shared ones (training.config.SCHEMA), by section.
+    config_keys: ConfigKeys = field(default_factory=dict)
 
 
 _KINDS: dict[str, ProviderKind] = {}
 
 
 def register(kind: ProviderKind) -> ProviderKind:
-    """Add a provider (its module's one call), and its endpoint kind to studio's list."""
+    """Add a provider (its module's one call), its endpoint kind to studio's list and its
+    own TOML keys to the config's schema."""
     from studio.models import endpoint_kind_add
 
     if kind.name in _KINDS:
         raise ValueError(f"training provider {kind.name!r} is registered twice")
+    schema_add(kind.config_keys)
     _KINDS[kind.name] = kind
     endpoint_kind_add(kind.endpoint_kind, kind.endpoint_label)
     return kind
@@ -50,6 +55,7 @@ def unregister(name: str) -> None:
     kind = _KINDS.pop(name, None)
     if kind is not None:
         endpoint_kind_remove(kind.endpoint_kind)
+        schema_remove(kind.config_keys)
 
 
 def provider_kinds() -> tuple[ProviderKind, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 import openai
 from django.conf import settings
 
+from training.config import Key
 from training.providers.base import (
     MAX_EVENT_PAGES_PER_POLL,
     MAX_EVENTS_PER_POLL,
@@ -360,5 +361,16 @@ OPENAI = register(
         row_format="openai",
         endpoint_kind="openai",
         endpoint_label="Training: OpenAI-compatible fine-tuning",
+        config_keys={
+            "job": {
+                "suffix": Key(
+                    "str", max_length=64, help="openai: appended to the fine-tuned model id"
+                ),
+                "seed": Key("int", min=0, max=2**31 - 1, help="openai: the training seed"),
+            },
+            "hyperparameters": {
+                "learning_rate_multiplier": Key("float", min=0.0, max=100.0, help="openai only"),
+            },
+        },
     )
 )

@@ -13,11 +13,13 @@ from django.core.management import call_command, get_commands, load_command_clas
 
 from studio.models import Endpoint, endpoint_kind_choices
 from training import providers
+from training.config import ConfigError, Key, config_load
 from training.forms import TrainingJobForm
 from training.models import TrainingJob
 from training.providers import ProviderKind
 from training.providers.synth import SynthProvider
 from training.submission import SubmissionError
+from training.tests.conftest import REFERENCE
 from training.tests.test_submit import _submission
 from training.upload_files import upload_file_build
 
@@ -30,6 +32,7 @@ THROWAWAY = ProviderKind(
     row_format="synth",
     endpoint_kind="testprov",
     endpoint_label="Training: a throwaway test provider",
+    config_keys={"hyperparameters": {"testprov_rate": Key("float", min=0.0, max=1.0)}},
 )
 
 
@@ -85,7 +88,19 @@ def test_its_files_are_in_the_row_format_it_names(train_version, testprov, tmp_p
     assert all("name" in tool for row in rows for tool in row["tools"])  # flat tools
 
 
+def _with_own_key() -> str:
+    return REFERENCE.read_text().replace(
+        "[hyperparameters]\n", "[hyperparameters]\ntestprov_rate = 0.5\n", 1
+    )
+
+
+def test_the_config_accepts_its_own_keys(testprov):
+    assert config_load(_with_own_key()).get("hyperparameters", "testprov_rate") == 0.5
+
+
 def test_it_is_gone_once_unregistered(db):
+    with pytest.raises(ConfigError, match="testprov_rate"):
+        config_load(_with_own_key())
     assert "testprov" not in providers.provider_names()
     assert "testprov" not in _submit_training_help()
     assert "testprov" not in dict(endpoint_kind_choices())
