@@ -260,11 +260,11 @@ def test_it_generates_stock_worlds_when_the_first_draws_run_out(monkeypatch):
 
 
 def test_its_world_seeds_the_random_state_numpy_seeds():
-    from rollouts.game.crafter_env import _random_state
+    from rollouts.game.crafter_views import random_state
 
     rng = np.random.default_rng(0)
     for seed in [0, 1, 2**31 - 2, 2**32 - 1, *rng.integers(0, 2**31 - 1, 100).tolist()]:
-        expected, got = np.random.RandomState(seed), _random_state(seed)
+        expected, got = np.random.RandomState(seed), random_state(seed)
         want, have = expected.get_state(), got.get_state()
         assert want[0] == have[0] and np.array_equal(want[1], have[1]), seed
         assert want[2:] == have[2:], seed
