@@ -1,4 +1,5 @@
-"""Settings from environment variables (SPEC section 2); every default works for `make demo`."""
+"""Settings from environment variables (`docs/configuration.md`); every default works for
+`make demo`."""
 
 import re
 from pathlib import Path

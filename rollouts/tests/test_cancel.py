@@ -1,4 +1,4 @@
-"""Cancel stops model work within one call (issue 31, item 1): from the batch page's service
+"""Cancel stops model work within one call: from the batch page's service
 and from `rollout --cancel`, a running model episode makes no request after it."""
 
 from __future__ import annotations

@@ -56,8 +56,9 @@ def _play_in_subprocess(seed: int, size: int, length: int) -> dict:
 
 
 def test_it_plays_the_same_game_in_two_processes_and_at_two_image_sizes():
-    # Seed 3 with a seeded random policy is the case stock crafter gets wrong (SPEC section 3);
-    # 400 steps reach the night, where crafter's noise used to consume the world's random state.
+    # Seed 3 with a seeded random policy is a case stock crafter plays differently in two
+    # processes (`docs/recording.md`); 400 steps reach the night, where stock crafter's noise
+    # draws from the world's random state.
     first = _play_in_subprocess(3, 64, 400)
     second = _play_in_subprocess(3, 64, 400)
     large = _play_in_subprocess(3, 128, 400)

@@ -1,4 +1,4 @@
-"""Smaller defects found by trying the studio as an attacker would (issue 8, section 5)."""
+"""Cases found by trying the studio as an attacker would: each refused or made harmless."""
 
 from __future__ import annotations
 
