@@ -194,11 +194,10 @@ def _warm_up_and_freeze(**kwargs) -> None:
     """Build what every task needs first, then leave all the worker has built so far out
     of Python's cyclic garbage collections.
 
-    Those objects (Django, the libraries, the game's textures and compiled kernels: ~250,000)
-    live as long as the worker, yet each full collection went over all of them with the GIL
-    held: 110-118 ms of CPU, and in one timed run of `benchmarks/vlm_concurrency.py` 197 ms
-    during which that worker's 16 episodes waited. Frozen, a full collection walks only what
-    came after.
+    Those objects (Django, the libraries, the game's textures and compiled kernels: hundreds
+    of thousands) live as long as the worker, yet each full collection would go over all of
+    them with the GIL held, while that worker's episodes wait. Frozen, a full collection
+    walks only what came after.
     """
     for receiver, error in worker_warm_up.send_robust(sender=app):
         if error is not None:  # the first task builds it then, and fails with the reason

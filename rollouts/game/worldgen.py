@@ -1,14 +1,15 @@
 """crafter's world generation, the same worlds in a fraction of the time.
 
-Stock `crafter.worldgen.generate_world` asks opensimplex for one noise value at a time
-(tens of thousands of calls per world) and runs its per-cell rules in Python. Here the three noise fields every cell reads are computed for the whole 64 x 64 area
-in one compiled loop over opensimplex's own `_noise3`, and the per-cell rules are compiled
-too, computing the other fields only on the cells that read them, fed from a buffer of the
-world's own random numbers so that they draw exactly the values crafter would, in the same
-order. Worlds, creatures and the random state afterwards are stock crafter's, bit for bit
-(tested on many seeds); the figures are in `docs/benchmarks.md`. opensimplex's permutation
-arrays are built here too (`permutation`, tested against opensimplex's own `_init`), which
-`OpenSimplex(seed)` builds slowly.
+Stock `crafter.worldgen.generate_world` asks opensimplex for one noise value at a time (tens
+of thousands of calls per world) and runs its per-cell rules in Python. Here the three noise
+fields every cell reads are computed for the whole 64 x 64 area in one compiled loop over
+opensimplex's own `_noise3`, and the per-cell rules are compiled too, computing the other
+fields only on the cells that read them, fed from a buffer of the world's own random numbers
+so that they draw exactly the values crafter would, in the same order. Worlds, creatures and
+the random state afterwards are stock crafter's, bit for bit (tested on many seeds); the
+figures are in `docs/benchmarks.md`. opensimplex's permutation arrays are built here too
+(`permutation`, tested against opensimplex's own `_init`), which `OpenSimplex(seed)` builds
+slowly.
 
 We do not use `OpenSimplex.noise3array`: it is a numba `parallel=True` kernel, and numba's
 default threading layer aborts when two threads (a threaded Celery worker) launch one at
@@ -35,10 +36,11 @@ _GRAD_INDEX3 = np.array([int((p % (len(GRADIENTS3) / 3)) * 3) for p in range(256
 def permutation(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """`opensimplex.internals._init(seed)`: the (perm, perm_grad_index3) int64 arrays.
 
-    `OpenSimplex(seed)` is slow to build them: `_init` wraps each step to 64 bits with a ctypes
-    `c_int64` and writes numpy elements one at a time. The same steps on plain Python ints
-    are an order of magnitude faster. The generator's state is kept unsigned (multiplication and addition
-    modulo 2**64 give the same bits either way); `_init` reads it as signed for the modulo.
+    `OpenSimplex(seed)` is slow to build them: `_init` wraps each step to 64 bits with a
+    ctypes `c_int64` and writes numpy elements one at a time. The same steps on plain Python
+    ints are an order of magnitude faster. The generator's state is kept unsigned
+    (multiplication and addition modulo 2**64 give the same bits either way); `_init` reads
+    it as signed for the modulo.
     """
     seed = (seed * _LCG_MUL + _LCG_ADD) & _MASK64
     seed = (seed * _LCG_MUL + _LCG_ADD) & _MASK64
