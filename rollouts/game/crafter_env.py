@@ -1,7 +1,8 @@
 """The Crafter environment as the studio plays it: reproducible and observable (see
 `docs/recording.md`, "Reproducible games").
 
-Stock crafter 1.8.3 is not reproducible in two ways, both fixed here and only here:
+Stock crafter 1.8.3 is not reproducible in two ways, both fixed by this env and its views
+(`rollouts.game.crafter_views`) and nowhere else:
 
 * `Env._balance_object` picks a creature to despawn from a list built by iterating a `set`,
   whose order follows memory addresses, so the same seed plays differently in two processes.
@@ -16,8 +17,6 @@ overhead per creature) and so is drawing (`rollouts.game.drawing`: the same pixe
 World generation is fast: opensimplex 0.4 compiles its kernels with numba when it is
 importable, and `rollouts.game.worldgen` computes whole noise fields at once instead of one value
 per call. The worlds are stock crafter's, bit for bit.
-
-The world and the views an env draws with are in `rollouts.game.crafter_views`.
 """
 
 from __future__ import annotations
