@@ -1,4 +1,4 @@
-"""`python manage.py fork_episode`: replay an episode to turn K, then play on (SPEC section 4)."""
+"""`python manage.py fork_episode`: replay an episode to turn K, then play on (`docs/review.md`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python manage.py rollout`: record seeded episodes with a policy (SPEC section 4)."""
+"""`python manage.py rollout`: record seeded episodes with a policy (`docs/recording.md`)."""
 
 from __future__ import annotations
 
