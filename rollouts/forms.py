@@ -6,15 +6,16 @@ from typing import Any
 
 from django import forms
 
-from rollouts.forms_settings import page_message, page_value, settings_form_field, settings_value
-from rollouts.policies.endpoints import endpoint_settings
-from rollouts.rollout_settings import (
-    OPENAI_ONLY,
-    POLICIES,
-    RolloutSettings,
-    SettingsError,
-    options,
+from rollouts.forms_settings import (
+    page_message,
+    page_value,
+    policies_using,
+    settings_form_field,
+    settings_value,
 )
+from rollouts.policies import kinds
+from rollouts.policies.endpoints import endpoint_settings
+from rollouts.rollout_settings import RolloutSettings, SettingsError, options
 from studio.endpoints import (
     EndpointError,
     endpoint_check_model,
@@ -45,7 +46,7 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         required=False,  # hidden and not sent for the other policies
         help_text="Model servers an admin named (under /admin/); no URL is typed here.",
     )
-    endpoint.policies = OPENAI_ONLY  # type: ignore[attr-defined]
+    endpoint.policies = policies_using("endpoint")  # type: ignore[attr-defined]
 
     field_order = (
         "name",
@@ -86,8 +87,8 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         # An unknown policy is its field's error; the other fields are checked as for the first.
-        values: dict[str, Any] = {"policy": data.get("policy") or POLICIES[0]}
-        if values["policy"] == OPENAI_ONLY:
+        values: dict[str, Any] = {"policy": data.get("policy") or kinds.offered_names()[0]}
+        if kinds.policy_kind(values["policy"]).needs_endpoint:
             # The endpoint fixes the URL (and so the key) and gives the limits' defaults.
             endpoint: Endpoint | None = data.get("endpoint")
             if endpoint is None:
