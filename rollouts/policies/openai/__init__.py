@@ -42,13 +42,15 @@ Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
 
 from rollouts.policies.kinds import PolicyKind, register
 from rollouts.policies.openai.answers import read_answer
-from rollouts.policies.openai.messages import build_messages
-from rollouts.policies.openai.policy import (
+from rollouts.policies.openai.chat_client import (
     PLACEHOLDER_API_KEY,
-    OpenAIPolicy,
+    ChatClient,
+    ChatOptions,
     retry_after_seconds,
     shared_client,
 )
+from rollouts.policies.openai.messages import build_messages
+from rollouts.policies.openai.policy import OpenAIPolicy
 
 # The batch options of a model behind an endpoint: shown on the page for this kind, and for
 # any other kind that lists them.
@@ -87,6 +89,8 @@ __all__ = [
     "OPENAI",
     "OPTIONS",
     "PLACEHOLDER_API_KEY",
+    "ChatClient",
+    "ChatOptions",
     "OpenAIPolicy",
     "build_messages",
     "read_answer",
