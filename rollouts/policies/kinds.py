@@ -19,10 +19,11 @@ See docs/how-to-add/policy.md.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rollouts.policies.base import Policy
@@ -86,14 +87,18 @@ class PolicyKind:
 
 
 _kinds: dict[str, PolicyKind] = {}
+_declared_in: dict[str, str] = {}
 _loaded = False
 _lock = threading.RLock()
 
 
 def register(kind: PolicyKind) -> PolicyKind:
     """Declare a kind; a second declaration of a name replaces the first (a module reloaded)."""
+    # The declaring module orders the kinds (`KIND_MODULES`), whichever is imported first.
+    module = sys._getframe(1).f_globals.get("__name__", "")
     with _lock:
         _kinds[kind.name] = kind
+        _declared_in[kind.name] = module
     return kind
 
 
@@ -101,6 +106,7 @@ def unregister(name: str) -> None:
     """Forget a kind (a test's throwaway one)."""
     with _lock:
         _kinds.pop(name, None)
+        _declared_in.pop(name, None)
 
 
 def _load() -> None:
@@ -116,9 +122,16 @@ def _load() -> None:
 
 
 def policy_kinds() -> list[PolicyKind]:
-    """Every kind, built-in ones first, in declaration order."""
+    """Every kind: the built-in ones in `KIND_MODULES`' order, then others as declared."""
     _load()
-    return list(_kinds.values())
+    with _lock:
+        kinds = list(_kinds.values())
+        rank = {name: _module_rank(_declared_in[name]) for name in _kinds}
+    return sorted(kinds, key=lambda kind: rank[kind.name])  # a stable sort keeps the rest
+
+
+def _module_rank(module: str) -> int:
+    return KIND_MODULES.index(module) if module in KIND_MODULES else len(KIND_MODULES)
 
 
 def policy_kind(name: str) -> PolicyKind:
@@ -194,7 +207,7 @@ def images_per_call(settings: RolloutSettings) -> int:
     return kind.images_per_call(settings) if kind.images_per_call else 1
 
 
-__all__: list[Any] = [
+__all__ = [
     "KIND_MODULES",
     "PolicyKind",
     "build_policy",
