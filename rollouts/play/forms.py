@@ -34,9 +34,15 @@ class PlayNewForm(forms.Form):
     )
 
 
+def fork_policy_choices() -> list[tuple[str, str]]:
+    """A person plays the fork, or one of the kinds people pick."""
+    human = kinds.policy_kind(HUMAN_POLICY)
+    return [(human.name, human.choice_label), *((n, n) for n in kinds.offered_names())]
+
+
 class ForkForm(forms.Form):
     turn = forms.IntegerField(min_value=0)
-    policy = forms.ChoiceField(choices=lambda: fork_policy_choices(), initial=HUMAN_POLICY)
+    policy = forms.ChoiceField(choices=fork_policy_choices, initial=HUMAN_POLICY)
     model = settings_form_field("model", help_text="openai policy")
     # One of the endpoints an admin named, never a URL (as on the batch form): the server's
     # keys go only to their own endpoint.
@@ -81,12 +87,6 @@ class ForkForm(forms.Form):
         except SettingsError as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data
-
-
-def fork_policy_choices() -> list[tuple[str, str]]:
-    """A person plays the fork, or one of the kinds people pick."""
-    human = kinds.policy_kind(HUMAN_POLICY)
-    return [(human.name, human.choice_label), *((n, n) for n in kinds.offered_names())]
 
 
 class RelabelForm(forms.Form):
