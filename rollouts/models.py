@@ -6,7 +6,12 @@ from django.conf import settings as django_settings
 from django.db import models
 from django.db.models import Q
 
-from rollouts.policies.kinds import PolicyKind, policy_choices, policy_kind_or_none
+from rollouts.policies.kinds import (
+    NAME_MAX_LENGTH,
+    PolicyKind,
+    policy_choices,
+    policy_kind_or_none,
+)
 from studio.models import ClaimedJob
 
 # Flag and annotate turns, start batches, play and fork (Turn's own permission; the pages of
@@ -34,7 +39,7 @@ class RolloutBatch(models.Model):
 
     name = models.CharField(max_length=200, blank=True)
     # A callable: a new kind changes no migration.
-    policy = models.CharField(max_length=20, choices=policy_choices)
+    policy = models.CharField(max_length=NAME_MAX_LENGTH, choices=policy_choices)
     model = models.CharField(max_length=200, blank=True)
     endpoint = models.CharField(max_length=500, blank=True, help_text="Base URL; never a key.")
     endpoint_name = models.CharField(

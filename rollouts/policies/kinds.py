@@ -37,6 +37,9 @@ KIND_MODULES = (
     "rollouts.play",
 )
 
+# `RolloutBatch.policy` holds the name.
+NAME_MAX_LENGTH = 20
+
 # (settings, seed=, sample=, cli_api_key=) -> a policy that plays one episode.
 PolicyFactory = Callable[..., "Policy"]
 
@@ -94,6 +97,8 @@ _lock = threading.RLock()
 
 def register(kind: PolicyKind) -> PolicyKind:
     """Declare a kind; a second declaration of a name replaces the first (a module reloaded)."""
+    if not 0 < len(kind.name) <= NAME_MAX_LENGTH:
+        raise ValueError(f"a policy kind's name is 1 to {NAME_MAX_LENGTH} characters")
     # The declaring module orders the kinds (`KIND_MODULES`), whichever is imported first.
     module = sys._getframe(1).f_globals.get("__name__", "")
     with _lock:
