@@ -23,11 +23,14 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rollouts.policies.base import Policy
-    from rollouts.rollout_settings import RolloutSettings
+
+# A batch's `rollouts.rollout_settings.RolloutSettings`: not imported, since that module asks
+# this one its policies.
+RolloutSettings = Any
 
 # The modules that declare the built-in kinds, in the order their choices show.
 KIND_MODULES = (
