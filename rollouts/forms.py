@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 
 from rollouts.forms_settings import (
+    own_option_field,
     page_message,
     page_value,
     policies_using,
@@ -75,6 +76,7 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         """The form filled with a batch's settings ("Run again")."""
         initial = {name: page_value(name, getattr(settings, name)) for name in _OPTION_NAMES}
         initial["endpoint"] = settings.endpoint
+        initial.update(settings.extra)  # the options its kind has of its own
         return initial
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -83,6 +85,10 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
         if not self.initial.get("endpoint"):
             field.initial = endpoint_preselected(kind=Endpoint.Kind.CHAT)
+        # Options a kind has of its own (`PolicyKind.own_options`), read as the form is made.
+        for kind, own in kinds.own_options():
+            if own.name not in self.fields:
+                self.fields[own.name] = own_option_field(own, policy=kind.name)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -108,6 +114,9 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
                 values[name] = settings_value(name, data[name])
             except SettingsError as exc:
                 self.add_error(name, page_message(str(exc).split(": ", 1)[-1]))
+        chosen = kinds.policy_kind(values["policy"])
+        if chosen.own_options:
+            values["extra"] = kinds.own_values(chosen, data)
         # Every problem at once, each on its field.
         for field_name, message in RolloutSettings.unchecked(**values).problems():
             if field_name in self.fields and field_name not in self.errors:

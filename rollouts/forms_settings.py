@@ -103,3 +103,24 @@ def settings_form_field(name: str, **overrides: Any) -> forms.Field:
 def policies_using(option: str) -> str:
     """The policies that use `option`, space-separated, read when the page renders."""
     return lazy(kinds.kinds_using, str)(option)
+
+
+def own_option_field(option: kinds.KindOption, *, policy: str) -> forms.Field:
+    """The batch form's field of a kind-own option, shown for its kind only."""
+    kwargs: dict[str, Any] = {
+        "required": False,  # empty: the default applies
+        "initial": option.default,
+        "label": option.title,
+        "help_text": option.help,
+    }
+    field: forms.Field
+    if option.choices:
+        field = forms.ChoiceField(choices=[(c, c) for c in option.choices], **kwargs)
+    elif isinstance(option.default, int):
+        field = forms.IntegerField(**kwargs)
+    elif isinstance(option.default, float):
+        field = forms.FloatField(**kwargs)
+    else:
+        field = forms.CharField(**kwargs)
+    field.policies = policy  # type: ignore[attr-defined]
+    return field

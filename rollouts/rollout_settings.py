@@ -346,6 +346,9 @@ class RolloutSettings:
             "model",
             f"the {self.policy} policy needs --model",
         )
+        for own in kind.own_options if kind is not None else ():
+            problem = own.problem(self.extra.get(own.name, own.default))
+            check(not problem, own.name, problem)
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -429,6 +432,14 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         if spec.metavar:
             kwargs["metavar"] = spec.metavar
         parser.add_argument(flag_of(f.name), **kwargs)
+    for kind, own in kinds.own_options():
+        parser.add_argument(
+            own.flag,
+            type=type(own.default),
+            choices=own.choices or None,
+            default=None,
+            help=f"{own.help} ({kind.name} policy; default {own.default})",
+        )
 
 
 def settings_from_cli(
@@ -450,4 +461,7 @@ def settings_from_cli(
         elif kind_of(f.name) == tuple[str, ...]:
             value = tuple(value)
         values[f.name] = value
+    kind = kinds.policy_kind_or_none(values.get("policy") or "")
+    if kind is not None and kind.own_options:
+        values["extra"] = kinds.own_values(kind, cli_options)
     return RolloutSettings(**values)

@@ -185,6 +185,9 @@ def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
             if key == "concurrency" and value != "":
                 value, unit = _concurrency_got(batch=batch, requested=value), ""
             rows.append((label, f"{value}{unit}" if value != "" else "—"))
+    extra = data.get("extra") or {}
+    for own in batch.policy_kind.own_options:
+        rows.append((own.title, str(extra.get(own.name, own.default))))
     return rows
 
 

@@ -48,6 +48,41 @@ PolicyFactory = Callable[..., "Policy"]
 
 
 @dataclass(frozen=True)
+class KindOption:
+    """An option only one kind has: a `rollout` flag, a field of the batch form and a row of
+    the batch page, kept in the settings' `extra` (no field of `RolloutSettings`).
+
+    Its type is its default's (int, float or str)."""
+
+    name: str
+    default: int | float | str
+    help: str = ""
+    label: str = ""  # the form's label and the batch page's row; empty: from the name
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name.replace("_", " ").capitalize()
+
+    def problem(self, value: Any) -> str:
+        """What is wrong with the value, or ""."""
+        if not isinstance(value, type(self.default)) or isinstance(value, bool):
+            return f"{value!r} is not a {type(self.default).__name__}"
+        if self.choices and value not in self.choices:
+            return f"{value!r} is not one of {', '.join(self.choices)}"
+        low, high = self.minimum, self.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"{value} is not between {low} and {high}"
+        return ""
+
+
+@dataclass(frozen=True)
 class PolicyKind:
     """One kind of policy.
 
@@ -68,6 +103,7 @@ class PolicyKind:
     plays: bool = True
     options: tuple[str, ...] = ()
     images_per_call: Callable[[RolloutSettings], int] | None = None
+    own_options: tuple[KindOption, ...] = ()
 
     @property
     def choice_label(self) -> str:
@@ -210,6 +246,26 @@ def build_policy(
     return kind.factory(settings, seed=seed, sample=sample, cli_api_key=cli_api_key)
 
 
+def own_options() -> list[tuple[PolicyKind, KindOption]]:
+    """The kind-own options of the kinds people pick, each name once (the first kind's)."""
+    seen: set[str] = set()
+    found = []
+    for kind in policy_kinds():
+        for option in kind.own_options if kind.offered else ():
+            if option.name not in seen:
+                seen.add(option.name)
+                found.append((kind, option))
+    return found
+
+
+def own_values(kind: PolicyKind, given: dict[str, Any]) -> dict[str, Any]:
+    """The settings' `extra` of a batch of `kind`: each of its own options, given or default."""
+    return {
+        o.name: o.default if given.get(o.name) in (None, "") else given[o.name]
+        for o in kind.own_options
+    }
+
+
 def images_per_call(settings: RolloutSettings) -> int:
     kind = policy_kind(settings.policy)
     return kind.images_per_call(settings) if kind.images_per_call else 1
@@ -217,6 +273,7 @@ def images_per_call(settings: RolloutSettings) -> int:
 
 __all__ = [
     "KIND_MODULES",
+    "KindOption",
     "PolicyKind",
     "build_policy",
     "calls_model",
@@ -225,6 +282,8 @@ __all__ = [
     "offered_choices",
     "offered_list",
     "offered_names",
+    "own_options",
+    "own_values",
     "policies_help",
     "policies_page_help",
     "policy_choices",

@@ -17,7 +17,7 @@ from rollouts.models import RolloutBatch
 from rollouts.play.forms import ForkForm
 from rollouts.policies import kinds
 from rollouts.policies.base import Decision, Observation
-from rollouts.rollout_settings import RolloutSettings, SettingsError
+from rollouts.rollout_settings import RolloutSettings, SettingsError, settings_from_cli
 from rollouts.tests.helpers import record_batch
 
 NAME = "tinylocal"
@@ -47,6 +47,15 @@ def tiny_kind() -> Iterator[kinds.PolicyKind]:
             help=f"{NAME} asks a model in the worker",
             calls_model=True,
             options=("model", "max_tokens"),
+            own_options=(
+                kinds.KindOption(
+                    name="context_size",
+                    default=2048,
+                    minimum=256,
+                    maximum=32_768,
+                    help="tokens the local model reads",
+                ),
+            ),
         )
     )
     yield kind
@@ -72,6 +81,9 @@ def test_a_new_kind_is_a_choice_of_the_forms(tiny_kind, db):
     assert NAME not in str(form.fields["temperature"].policies).split()
     assert NAME not in str(form.fields["endpoint"].policies).split()
     assert (NAME, NAME) in list(ForkForm().fields["policy"].choices)
+    # An option of its own: a field shown for it only.
+    assert form.fields["context_size"].initial == 2048
+    assert str(form.fields["context_size"].policies) == NAME
 
 
 def test_a_new_kind_is_validated_as_its_declaration_says(tiny_kind, db):
@@ -82,12 +94,28 @@ def test_a_new_kind_is_validated_as_its_declaration_says(tiny_kind, db):
     assert form.is_valid(), form.errors
     assert form.rollout_settings.policy == NAME
     assert form.rollout_settings.endpoint == ""  # no endpoint: it calls none
+    assert form.rollout_settings.extra == {"context_size": 2048}
+    data = {"policy": NAME, "model": "tiny", "seeds": "0", "steps": 3, "context_size": 4096}
+    form = BatchCreateForm(data=data)
+    form.fields["image_size"].required = False
+    assert form.is_valid(), form.errors
+    assert form.rollout_settings.extra == {"context_size": 4096}
+    form = BatchCreateForm(data={**data, "context_size": 10})
+    form.fields["image_size"].required = False
+    assert not form.is_valid() and "context_size" in form.errors
+    with pytest.raises(SettingsError, match="context-size: 10 is not between 256"):
+        RolloutSettings(policy=NAME, model="tiny", extra={"context_size": 10})
 
 
 def test_a_new_kind_is_a_choice_of_the_rollout_command(tiny_kind, db):
     parser = RolloutCommand().create_parser("manage.py", "rollout")
     assert NAME in parser.format_help()
     assert parser.parse_args(["--policy", NAME, "--model", "tiny"]).policy == NAME
+    assert "--context-size" in parser.format_help()
+    given = vars(parser.parse_args(["--policy", NAME, "--model", "tiny", "--context-size", "4096"]))
+    assert settings_from_cli(given).extra == {"context_size": 4096}
+    openai = vars(parser.parse_args(["--policy", "openai", "--model", "m", "--base-url", "u"]))
+    assert settings_from_cli(openai).extra == {}  # a batch of another kind keeps none
     assert "--policy is required" in _required_message()
 
 
@@ -116,6 +144,7 @@ def test_a_new_kind_shows_in_the_admin_and_on_its_batch_page(tiny_kind, client, 
     assert f'<option value="{NAME}" selected>' in change.content.decode()
     page = client.get(reverse("rollouts:batch_detail", args=[batch.id])).content.decode()
     assert "data-model-totals" in page  # a model-calling kind's counters
-    assert "Max tokens" in page and "Temperature" not in page  # its own options' rows
+    assert "Max tokens" in page and "Temperature" not in page  # its options' rows
+    assert "Context size" in page  # and its own option's
     new = client.get(reverse("rollouts:batch_create")).content.decode()
     assert f'<option value="{NAME}">' in new
