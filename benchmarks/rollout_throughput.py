@@ -181,7 +181,7 @@ def compare(*, policy: str, seeds: list[int], steps: int, rounds: int, script) -
     stock_steps = _rate(totals["raw_steps"], totals["raw_step_only"])
     ours_whole = _rate(totals["ours_steps"], totals["ours_whole"])
     ours_steps = _rate(totals["ours_steps"], totals["ours_step_only"])
-    # Stock crafter is not reproducible (see rollouts/crafter_env.py), so its games may end
+    # Stock crafter is not reproducible (see rollouts/game/crafter_env.py), so its games may end
     # at other steps than ours: compare rates, not totals.
     return {
         "recorded": ours_whole,

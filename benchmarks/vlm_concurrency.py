@@ -64,8 +64,8 @@ def serve_chat(conn, delay: float) -> None:
 
     One asyncio loop, not a thread per connection: the endpoint shares the host's two cores
     with the workers, and the test suite's `ChatServer` (http.server, a thread a
-    connection) spent ~0.44 ms of CPU a call there, this 0.19-0.28 ms: CPU the ideal (calls x delay
-    / concurrency) gives the workers, and the endpoint took from them. What each run's
+    connection) spends about twice this one's CPU a call: CPU the ideal (calls x delay /
+    concurrency) gives the workers, and the endpoint would take from them. What each run's
     endpoint used is in the output (`endpoint_cpu_per_call_ms`).
     """
     import asyncio
@@ -278,8 +278,8 @@ def run_batch(settings, *, earliest: float = 0.0, timeout: float = 600) -> tuple
     """Create the batch and wait for its end: (seconds from the call, the batch as it ended).
 
     `earliest`: no end can come sooner (each episode's calls one after another, `delay`
-    each): the status is polled from then on, every 5 ms. Polled every 20 ms from the
-    start, the end was seen ~10 ms late on average, for more polls.
+    each): the status is polled from then on, every 5 ms, which sees the end sooner, and
+    for fewer polls, than a coarser poll from the start.
     """
     from django.db import connection
 
@@ -295,8 +295,7 @@ def run_batch(settings, *, earliest: float = 0.0, timeout: float = 600) -> tuple
     time.sleep(max(0.0, earliest - (time.monotonic() - started)))
     while time.monotonic() - started < timeout:
         # Only the status, in plain SQL: this process shares the cores with the workers, and
-        # reading the whole row each time cost it ~0.1 CPU-second a run, the ORM's query for
-        # the status alone ~0.4 ms of CPU a poll.
+        # reading the whole row, or the ORM's query for the status alone, costs more CPU.
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT status FROM {table} WHERE id = %s", [batch.id])
             (status,) = cursor.fetchone()

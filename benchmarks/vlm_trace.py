@@ -56,7 +56,7 @@ def install() -> None:
 
     from rollouts.game import crafter_env
     from rollouts.policies import rate_limit
-    from rollouts.policies.openai import policy
+    from rollouts.policies.openai import chat_client, policy
     from rollouts.recording import frame_store, recorder, services
 
     @signals.task_received.connect(weak=False)
@@ -85,7 +85,7 @@ def install() -> None:
     _timed(policy, "read_answer", "answer")
     _timed(services, "_episode_end_rows", "end")
     _timed(crafter_env.StudioEnv, "reset", "reset")
-    _timed(policy.OpenAIPolicy, "_post", "post")
+    _timed(chat_client.ChatClient, "_post", "post")
     _timed(policy.OpenAIPolicy, "decide", "decide")
     _timed(recorder.EpisodeRecorder, "_write_chunk", "write")
     _timed(frame_store.FrameStore, "write_many", "files")  # within `write`

@@ -15,18 +15,20 @@ from typing import Any
 from django.urls import reverse
 
 from rollouts.models import Episode, RolloutBatch
+from rollouts.policies.kinds import model_policy_names
 
 _ACTIVE = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
 
 
 def batches_covering_seeds(*, model: str, seeds: Iterable[int]) -> list[RolloutBatch]:
-    """Finished `openai` batches of `model` that played every one of `seeds`, newest first.
+    """Finished batches of `model` (a model-calling policy) that played every one of `seeds`,
+    newest first.
 
     What "the base model was evaluated on those seeds too" means for a comparison link.
     """
     wanted = set(seeds)
     candidates = RolloutBatch.objects.filter(
-        policy=RolloutBatch.Policy.OPENAI, model=model, status=RolloutBatch.Status.FINISHED
+        policy__in=model_policy_names(), model=model, status=RolloutBatch.Status.FINISHED
     ).order_by("-id")
     played: dict[int, set[int]] = defaultdict(set)
     for batch_id, seed in Episode.objects.filter(
@@ -64,7 +66,7 @@ def evaluation_baselines(*, batch: RolloutBatch, base_model: str) -> list[Rollou
         b
         for b in RolloutBatch.objects.filter(
             evaluates_id=batch.evaluates_id,
-            policy=RolloutBatch.Policy.OPENAI,
+            policy__in=model_policy_names(),
             model=base_model,
             seeds=batch.seeds,
             status__in=_ACTIVE,

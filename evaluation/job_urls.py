@@ -1,7 +1,8 @@
 """Evaluate's addresses on a training job's page (`/training/<id>/evaluate/...`).
 
-`training/urls.py` mounts these in its own namespace (`training:job_evaluate`), by name: the
-training app never imports evaluation, which builds on it.
+The project's URLs (`studio/urls.py`) mount these beside `training/urls.py`'s, in the
+`training:` namespace (`training:job_evaluate`): the training app never names evaluation,
+which builds on it.
 """
 
 from django.urls import path

@@ -1,6 +1,6 @@
 """A comparison as JSON, CSV and a text table: what the command prints and the page downloads.
 
-One function makes the JSON object (SPEC section 4, `compare_batches --json`); the CSV and
+One function makes the JSON object (`compare_batches --json`, `docs/evaluation.md`); the CSV and
 the table are built from it, so the three can never disagree.
 """
 

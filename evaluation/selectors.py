@@ -35,6 +35,7 @@ from evaluation.statistics import (
     summarize_groups,
 )
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
+from rollouts.policies.kinds import policy_kind_or_none
 from rollouts.review.turn_selection import TurnSelection, turns_selected
 from rollouts.rollout_settings import MAX_SEED  # the largest seed a batch accepts
 from studio.cached import cached
@@ -364,7 +365,8 @@ class LeaderboardRow:
 
 def _configuration(batch: dict[str, Any]) -> tuple[Any, ...]:
     settings = batch["settings"] if isinstance(batch["settings"], dict) else {}
-    plays_a_model = batch["policy"] == RolloutBatch.Policy.OPENAI
+    kind = policy_kind_or_none(batch["policy"])
+    plays_a_model = kind is not None and kind.calls_model
     # The step limit is part of the configuration: a 256-step score and a 10,000-step score
     # measure different things, and pooling them would make a number nobody asked for.
     return (
@@ -375,6 +377,11 @@ def _configuration(batch: dict[str, Any]) -> tuple[Any, ...]:
         int(settings.get("history_frames", 0) or 0) if plays_a_model else 0,
         batch["step_limit"],
     )
+
+
+def _shows_history(policy: str) -> bool:
+    kind = policy_kind_or_none(policy)
+    return kind is not None and kind.shows_history
 
 
 def _play(batch: dict[str, Any]) -> str:
@@ -429,7 +436,7 @@ def _leaderboard(batches: list[dict[str, Any]]) -> list[LeaderboardRow]:
                 model=model,
                 observation_mode=mode,
                 image_size=size,
-                history_frames=history if policy == RolloutBatch.Policy.OPENAI else None,
+                history_frames=history if _shows_history(policy) else None,
                 step_limit=steps,
                 batch_ids=ids,
             )

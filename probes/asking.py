@@ -1,33 +1,30 @@
-"""Asking a model one probe question through the rollouts' own model client.
+"""Asking a model one probe question through the rollouts' own chat client.
 
-`ProbeAsker` is `rollouts.policies.openai.OpenAIPolicy` with the request's body changed and
-nothing else: the same shared HTTP client (bounded answers, no redirect, plain HTTP where it
-can), the same limiter (concurrency and requests per minute per endpoint, across workers,
-in Redis), the same retries and backoff for 429, 5xx, timeouts and drops, the same
+`ProbeAsker` holds a `rollouts.policies.openai.ChatClient`, as a rollout's policy does, with
+its own body (no tool: the model answers in text, which `probes.prompting.parse_choice`
+reads) and everything else the same: the shared HTTP client (bounded answers, no redirect,
+plain HTTP where it can), the limiter (concurrency and requests per minute per endpoint,
+across workers, in Redis), the retries and backoff for 429, 5xx, timeouts and drops, the
 fail-fast rules (`PolicyUnavailable`: unreachable from the start, 401/403/404 on the first
 answer, or `STUDIO_OPENAI_MAX_FAILED_TURNS` questions in a row failed after their retries),
-the same key handling (an admin-named endpoint's key to that endpoint's URL only, and to
-no request after an admin disabled it: the chunk and its run fail with one line), and the
-same reading of a hostile answer (`read_answer`: NUL, lone surrogates and oversize fields
-cleaned and counted as bad output). The body holds no tool: the model answers in text, which
-`probes.prompting.parse_choice` reads.
+the key handling (an admin-named endpoint's key to that endpoint's URL only, and to no
+request after an admin disabled it: the chunk and its run fail with one line), and the
+reading of a hostile answer (`read_answer`: NUL, lone surrogates and oversize fields cleaned
+and counted as bad output).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
 from django.conf import settings as django_settings
 
 from probes.prompting import parse_choice
-from rollouts.policies.base import Decision
-from rollouts.policies.openai import OpenAIPolicy, read_answer
-
-# The call's failures as the policy raises them. Private there: a probe asks through the same
-# `_complete` (retries, limiter, fail-fast), and tells its failures apart the same way.
-from rollouts.rollout_settings import RolloutSettings
+from rollouts.policies.base import Decision, policy_seed
+from rollouts.policies.openai import ChatClient, ChatOptions, read_answer
+from rollouts.rollout_settings import default_of
 from studio.untrusted import storable
 
 ERROR_BYTES = 4000
@@ -54,25 +51,44 @@ class Asked:
         return 1 + self.retries if self.model_called else 0
 
 
-class ProbeAsker(OpenAIPolicy):
-    """One per chunk of a run (in one thread): `ask(messages, choices)` per question."""
+class ProbeAsker:
+    """One per chunk of a run (in one thread): `ask(messages, choices)` per question.
 
-    def __init__(self, settings: RolloutSettings, *, seed: int) -> None:
-        super().__init__(settings, seed=seed)
-        # No tool is offered: the answer is the message's text.
-        self.params.pop("tool_choice", None)
+    `options`: the run's model, endpoint, URL and limits. The body's parameters are a batch's
+    defaults (temperature, max tokens) and the probe set's seed."""
 
-    def _post(self, messages: list[dict[str, Any]]) -> bytes:
-        # As the policy's `_post`, without `tools`.
-        body = {"model": self.settings.model, "messages": messages, **self.params}
-        response = self.client.post("/chat/completions", body=body, cast_to=httpx2.Response)
-        return response.content
+    def __init__(self, options: ChatOptions, *, seed: int) -> None:
+        self.chat = ChatClient(
+            options,
+            params={
+                "temperature": default_of("temperature"),
+                "max_tokens": default_of("max_tokens"),
+                "seed": policy_seed(seed=seed, sample=0),
+            },
+        )
+
+    # Set by the chunk: its claim check before each retry, and its count of each request.
+    @property
+    def before_retry(self) -> Callable[[], None] | None:
+        return self.chat.before_retry
+
+    @before_retry.setter
+    def before_retry(self, check: Callable[[], None] | None) -> None:
+        self.chat.before_retry = check
+
+    @property
+    def on_send(self) -> Callable[[bool], None] | None:
+        return self.chat.on_send
+
+    @on_send.setter
+    def on_send(self, count: Callable[[bool], None] | None) -> None:
+        self.chat.on_send = count
 
     def ask(self, messages: list[dict[str, Any]], choices: list[str]) -> Asked:
         """Ask one question; raises `PolicyUnavailable` only when the endpoint is unusable
         (its `decision` says what the question that gave up had sent)."""
         decision = Decision(actions=[])
-        body, failure = self.call(messages, decision, what="questions")
+        body, failure = self.chat.call(messages, decision, what="questions")
         if failure is not None:
             return asked_from(decision, *failure)
         bad = read_answer(body, decision, max_field_bytes=django_settings.STUDIO_MAX_ANSWER_BYTES)

@@ -34,9 +34,9 @@ from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, P
 from probes.prompting import LETTERS, OBSERVATIONS, question_messages
 from probes.results import AnswerRecord, is_error, run_results
 from rollouts.policies.base import PolicyUnavailable
+from rollouts.policies.openai import ChatOptions
 from rollouts.recording import sent_calls
 from rollouts.recording.frame_store import FrameStore
-from rollouts.rollout_settings import RolloutSettings
 from studio.endpoints import (
     EndpointError,
     endpoint_check_model,
@@ -250,7 +250,7 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     held = _ClaimCheck(chunk_id=chunk_id, token=token)
     key = ""  # the question being asked's count of requests sent (`sent_calls`)
     try:
-        asker = ProbeAsker(asker_settings(run), seed=run.probe_set.seed)
+        asker = ProbeAsker(asker_options(run), seed=run.probe_set.seed)
         asker.before_retry = held.check  # a canceled run sends no retry either
         store = FrameStore()
         questions = list(_questions_left(chunk))
@@ -306,18 +306,16 @@ class _ClaimCheck:
         self.checked = now
 
 
-def asker_settings(run: ProbeRun) -> RolloutSettings:
+def asker_options(run: ProbeRun) -> ChatOptions:
     """The client's options: the run's endpoint, URL, model and concurrency, the endpoint's
     requests per minute, and the rollouts' defaults for the rest (retries, timeout)."""
     endpoint = endpoint_enabled_first(kind=Endpoint.Kind.CHAT, name=run.endpoint_name)
-    return RolloutSettings(
-        policy="openai",
+    return ChatOptions(
         model=run.model,
         endpoint=run.endpoint_name,
         base_url=run.base_url,
         concurrency=min(max(1, run.concurrency), MAX_CONCURRENCY),
         requests_per_minute=endpoint.requests_per_minute if endpoint is not None else 0,
-        name=f"probe run {run.id}",
     )
 
 

@@ -17,7 +17,8 @@ from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
 from probes.runs import run_answer_records
 from studio.jobs import most_at_once
 
-# One answer wins at least this share of a kind: the kind measures little (issue 33).
+# One answer wins at least this share of a kind: the kind measures little (`docs/probes.md`,
+# "Balancing").
 DOMINANT_SHARE = 0.8
 ACTIVE = (ProbeRun.Status.PENDING, ProbeRun.Status.RUNNING)
 

@@ -6,15 +6,17 @@ from typing import Any
 
 from django import forms
 
-from rollouts.forms_settings import page_message, page_value, settings_form_field, settings_value
-from rollouts.policies.endpoints import endpoint_settings
-from rollouts.rollout_settings import (
-    OPENAI_ONLY,
-    POLICIES,
-    RolloutSettings,
-    SettingsError,
-    options,
+from rollouts.forms_settings import (
+    own_option_field,
+    page_message,
+    page_value,
+    policies_using,
+    settings_form_field,
+    settings_value,
 )
+from rollouts.policies import kinds
+from rollouts.policies.endpoints import endpoint_settings
+from rollouts.rollout_settings import RolloutSettings, SettingsError, options
 from studio.endpoints import (
     EndpointError,
     endpoint_check_model,
@@ -45,7 +47,7 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         required=False,  # hidden and not sent for the other policies
         help_text="Model servers an admin named (under /admin/); no URL is typed here.",
     )
-    endpoint.policies = OPENAI_ONLY  # type: ignore[attr-defined]
+    endpoint.policies = policies_using("endpoint")  # type: ignore[attr-defined]
 
     field_order = (
         "name",
@@ -74,6 +76,7 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         """The form filled with a batch's settings ("Run again")."""
         initial = {name: page_value(name, getattr(settings, name)) for name in _OPTION_NAMES}
         initial["endpoint"] = settings.endpoint
+        initial.update(settings.extra)  # the options its kind has of its own
         return initial
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -82,12 +85,16 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
         field.queryset = endpoints_enabled(kind=Endpoint.Kind.CHAT)
         if not self.initial.get("endpoint"):
             field.initial = endpoint_preselected(kind=Endpoint.Kind.CHAT)
+        # Options a kind has of its own (`PolicyKind.own_options`), read as the form is made.
+        for kind, own in kinds.own_options():
+            if own.name not in self.fields:
+                self.fields[own.name] = own_option_field(own, policy=kind.name)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         # An unknown policy is its field's error; the other fields are checked as for the first.
-        values: dict[str, Any] = {"policy": data.get("policy") or POLICIES[0]}
-        if values["policy"] == OPENAI_ONLY:
+        values: dict[str, Any] = {"policy": data.get("policy") or kinds.offered_names()[0]}
+        if kinds.policy_kind(values["policy"]).needs_endpoint:
             # The endpoint fixes the URL (and so the key) and gives the limits' defaults.
             endpoint: Endpoint | None = data.get("endpoint")
             if endpoint is None:
@@ -107,6 +114,9 @@ class BatchCreateForm(RolloutOptionsForm):  # type: ignore[misc, valid-type]
                 values[name] = settings_value(name, data[name])
             except SettingsError as exc:
                 self.add_error(name, page_message(str(exc).split(": ", 1)[-1]))
+        chosen = kinds.policy_kind(values["policy"])
+        if chosen.own_options:
+            values["extra"] = kinds.own_values(chosen, data)
         # Every problem at once, each on its field.
         for field_name, message in RolloutSettings.unchecked(**values).problems():
             if field_name in self.fields and field_name not in self.errors:

@@ -11,7 +11,9 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.functional import lazy
 
+from rollouts.policies import kinds
 from rollouts.rollout_settings import (
     Option,
     default_of,
@@ -66,15 +68,19 @@ def settings_form_field(name: str, **overrides: Any) -> forms.Field:
         if default is dataclasses.MISSING or spec.endpoint_default
         else page_value(name, default),
         # Fields of one policy are hidden and not sent for the others: the default applies.
-        "required": not (spec.page_optional or spec.policies),
+        "required": not (spec.page_optional or kinds.kinds_using(name)),
     }
     if spec.label:
         kwargs["label"] = spec.label
     if spec.page_help:
         kwargs["help_text"] = spec.page_help
+    if spec.from_kinds:
+        kwargs["help_text"] = lazy(kinds.policies_page_help, str)()
     kwargs.update(overrides)
     field: forms.Field
-    if spec.choices:
+    if spec.from_kinds:
+        field = forms.ChoiceField(choices=kinds.offered_choices, **kwargs)
+    elif spec.choices:
         labels = dict(spec.choice_labels)
         field = forms.ChoiceField(choices=[(c, labels.get(c, c)) for c in spec.choices], **kwargs)
     elif kind in (int, float):
@@ -88,6 +94,33 @@ def settings_form_field(name: str, **overrides: Any) -> forms.Field:
             field.validators.append(_bounds_validator(spec))
     else:
         field = forms.CharField(max_length=spec.max_length, **kwargs)
-    if spec.policies:
-        field.policies = spec.policies  # type: ignore[attr-defined]  # data-policies on the page
+    if kinds.kinds_using(name):
+        # data-policies on the page: read as it renders, so a kind declared later shows too.
+        field.policies = policies_using(name)  # type: ignore[attr-defined]
+    return field
+
+
+def policies_using(option: str) -> str:
+    """The policies that use `option`, space-separated, read when the page renders."""
+    return lazy(kinds.kinds_using, str)(option)
+
+
+def own_option_field(option: kinds.KindOption, *, policy: str) -> forms.Field:
+    """The batch form's field of a kind-own option, shown for its kind only."""
+    kwargs: dict[str, Any] = {
+        "required": False,  # empty: the default applies
+        "initial": option.default,
+        "label": option.title,
+        "help_text": option.help,
+    }
+    field: forms.Field
+    if option.choices:
+        field = forms.ChoiceField(choices=[(c, c) for c in option.choices], **kwargs)
+    elif isinstance(option.default, int):
+        field = forms.IntegerField(**kwargs)
+    elif isinstance(option.default, float):
+        field = forms.FloatField(**kwargs)
+    else:
+        field = forms.CharField(**kwargs)
+    field.policies = policy  # type: ignore[attr-defined]
     return field

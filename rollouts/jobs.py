@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from rollouts.models import Episode, RolloutBatch, TurnBulkFlag
+from rollouts.policies.kinds import model_policy_names
 from studio.jobs import JobKind, register
 
 
@@ -15,9 +16,9 @@ def _played_by_workers() -> QuerySet:
 
 
 def _calling_a_model() -> QuerySet:
-    # The openai policy's turns are model calls (`OpenAIPolicy.calls_model`): its episodes
+    # A model-calling kind's turns are model calls (`PolicyKind.calls_model`): its episodes
     # wait on the network, the baselines' on the cores.
-    return Episode.objects.filter(batch__policy=RolloutBatch.Policy.OPENAI)
+    return Episode.objects.filter(batch__policy__in=model_policy_names())
 
 
 def _waiting_to_be_played() -> QuerySet:

@@ -6,6 +6,12 @@ from django.conf import settings as django_settings
 from django.db import models
 from django.db.models import Q
 
+from rollouts.policies.kinds import (
+    NAME_MAX_LENGTH,
+    PolicyKind,
+    policy_choices,
+    policy_kind_or_none,
+)
 from studio.models import ClaimedJob
 
 # Flag and annotate turns, start batches, play and fork (Turn's own permission; the pages of
@@ -22,6 +28,9 @@ class RolloutBatch(models.Model):
         CANCELED = "canceled"
 
     class Policy(models.TextChoices):
+        """The built-in kinds' names, for queries that mean one of them. What a kind is and
+        does, and the field's choices, are its declaration's (`rollouts.policies.kinds`)."""
+
         SCRIPTED = "scripted"
         RANDOM = "random"
         OPENAI = "openai"
@@ -29,7 +38,8 @@ class RolloutBatch(models.Model):
         HUMAN = "human"
 
     name = models.CharField(max_length=200, blank=True)
-    policy = models.CharField(max_length=20, choices=Policy.choices)
+    # A callable: a new kind changes no migration.
+    policy = models.CharField(max_length=NAME_MAX_LENGTH, choices=policy_choices)
     model = models.CharField(max_length=200, blank=True)
     endpoint = models.CharField(max_length=500, blank=True, help_text="Base URL; never a key.")
     endpoint_name = models.CharField(
@@ -95,6 +105,14 @@ class RolloutBatch(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"Batch {self.pk}"
+
+    @property
+    def policy_kind(self) -> PolicyKind:
+        """What its policy is and does: templates ask `batch.policy_kind.calls_model`. A kind
+        no longer declared reads as one that neither plays nor calls."""
+        return policy_kind_or_none(self.policy) or PolicyKind(
+            name=self.policy, offered=False, plays=False
+        )
 
     @property
     def episodes_done(self) -> int:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollouts.game.crafter_env import ACTIONS
+from rollouts.policies import kinds
 
-POLICIES = ("scripted", "random", "openai")
-# `human` games are played in the browser (rollouts.play.services), never by a worker.
+# `human` games are played in the browser (rollouts.play.services), never by a worker. The
+# other kinds, and which of them people pick, are declared in `rollouts.policies.kinds`.
 HUMAN_POLICY = "human"
 DEFAULT_SCRIPT = ("move_right", "move_down", "move_left", "move_up", "do")
 OBSERVATION_MODES = ("image_text", "image", "text")
@@ -86,6 +87,9 @@ class Option:
     page_help: str = ""  # the form's help text
     label: str = ""  # the form's label; empty: Django's, from the field name
     choices: tuple[str, ...] = ()
+    # Choices and help are those of the policy kinds people pick (`rollouts.policies.kinds`),
+    # read when a form or the command is made, so a kind declared later shows too.
+    from_kinds: bool = False
     choice_labels: tuple[tuple[str, str], ...] = ()  # the page's words for some choices
     minimum: int | None = None  # bounds, the same for an int or a float option
     maximum: int | None = None
@@ -98,7 +102,6 @@ class Option:
     # a choice among the named ones there, made by the form itself; the URL is never typed.
     form: bool = True
     page_optional: bool = False  # the page may send it empty: the default applies
-    policies: str = ""  # the page shows it for these policies only (space-separated)
     # Not given (None on the command line, empty on the page): the endpoint's own default,
     # else the field's default.
     endpoint_default: bool = False
@@ -122,20 +125,14 @@ class Option:
 
 
 def option(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
-    """A field of RolloutSettings with its Option."""
+    """A field of RolloutSettings with its Option. Which policies use it (the page shows it
+    for those only) is said by each kind's `options` (`rollouts.policies.kinds`)."""
     return field(default=default, metadata={"option": Option(**meta)})
-
-
-OPENAI_ONLY = "openai"
 
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    policy: str = option(
-        choices=POLICIES,
-        help="scripted cycles --actions; random picks uniformly; openai asks a model",
-        page_help="scripted cycles a list of actions; random picks uniformly; openai asks a model.",
-    )
+    policy: str = option(from_kinds=True)
     seeds: tuple[int, ...] = option(
         (0,), help="7, 0-9 or 1,5,9-12", page_help="7, 0-9 or 1,5,9-12; one episode each."
     )
@@ -169,7 +166,6 @@ class RolloutSettings:
         DEFAULT_SCRIPT,
         help="the scripted policy's actions, cycled",
         page_help="Action names separated by spaces, cycled.",
-        policies="scripted",
     )
     name: str = option("", help="a name for the batch", max_length=200, page_optional=True)
     # openai policy
@@ -178,7 +174,6 @@ class RolloutSettings:
         help="model name (openai policy)",
         page_help="Model name, e.g. gpt-4o-mini.",
         max_length=200,
-        policies=OPENAI_ONLY,
     )
     # An admin-named endpoint (`studio.models.Endpoint`) and its base URL when the batch was
     # created; without a name, a URL given on the command line.
@@ -203,7 +198,6 @@ class RolloutSettings:
         help="also show the last K frames (0-9)",
         label="History frames",
         page_help="Also show the last K turns' frames (0-9).",
-        policies=OPENAI_ONLY,
     )
     concurrency: int = option(
         4,
@@ -213,26 +207,21 @@ class RolloutSettings:
         "(default: the endpoint's, else 4)",
         page_help="Most requests in flight to the endpoint, across all workers; "
         "empty: the endpoint's default.",
-        policies=OPENAI_ONLY,
         endpoint_default=True,
     )
-    temperature: float = option(
-        0.0, minimum=0, maximum=2, help="0 to 2", page_help="0 to 2.", policies=OPENAI_ONLY
-    )
+    temperature: float = option(0.0, minimum=0, maximum=2, help="0 to 2", page_help="0 to 2.")
     max_tokens: int = option(
         512,
         minimum=1,
         maximum=32_768,
         help="most tokens of one answer",
         label="Max tokens",
-        policies=OPENAI_ONLY,
     )
     image_detail: str = option(
         "auto",
         choices=IMAGE_DETAILS,
         help="the image_url detail sent with each frame",
         page_help="low costs 85 tokens an image.",
-        policies=OPENAI_ONLY,
     )
     observation_mode: str = option(
         "image_text",
@@ -245,7 +234,6 @@ class RolloutSettings:
         help="what the model is shown each turn",
         label="Observation",
         page_help="What the model is shown each turn.",
-        policies=OPENAI_ONLY,
     )
     on_bad_output: str = option(
         "noop",
@@ -254,7 +242,6 @@ class RolloutSettings:
         help="after a failed call or unusable answer: play noop, or end the episode",
         label="On bad output",
         page_help="After a failed call or an unusable answer.",
-        policies=OPENAI_ONLY,
     )
     max_retries: int = option(
         4,
@@ -263,7 +250,6 @@ class RolloutSettings:
         help="retries of a 429, 5xx, timeout or drop",
         label="Retries",
         page_help="Of a 429, 5xx, timeout or dropped connection (0-20).",
-        policies=OPENAI_ONLY,
     )
     request_timeout: float = option(
         60.0,
@@ -273,7 +259,6 @@ class RolloutSettings:
         help="seconds one model request may take (up to 600)",
         label="Request timeout (s)",
         page_help="Up to 600.",
-        policies=OPENAI_ONLY,
     )
     requests_per_minute: int = option(
         0,
@@ -282,7 +267,6 @@ class RolloutSettings:
         help="per endpoint, across all workers; 0 = no limit (default: the endpoint's)",
         label="Requests per minute",
         page_help="Per endpoint, across all workers; 0 = no limit; empty: the endpoint's.",
-        policies=OPENAI_ONLY,
         endpoint_default=True,
     )
     extra: dict[str, Any] = field(
@@ -323,12 +307,13 @@ class RolloutSettings:
         for f in dataclasses.fields(self):
             spec: Option = f.metadata["option"]
             value = getattr(self, f.name)
-            if f.name == "policy":
+            if spec.from_kinds:
                 # `human` too: no face offers it, a game in the browser is made with it.
+                kind = kinds.policy_kind_or_none(value)
                 check(
-                    value in (*POLICIES, HUMAN_POLICY),
+                    kind is not None and kind.plays,
                     "policy",
-                    f"{value!r} is not one of {', '.join(POLICIES)}",
+                    f"{value!r} is not one of {', '.join(kinds.offered_names())}",
                 )
             elif spec.choices:
                 check(value in spec.choices, f.name, f"{value!r} is not one of {spec.choices}")
@@ -355,11 +340,15 @@ class RolloutSettings:
                 if unknown:
                     known = ", ".join(ACTIONS)
                     check(False, "actions", f"unknown action {unknown[0]!r}; known: {known}")
+        kind = kinds.policy_kind_or_none(self.policy)
         check(
-            self.policy != "openai" or bool(self.model),
+            kind is None or not kind.needs_model or bool(self.model),
             "model",
-            "the openai policy needs --model",
+            f"the {self.policy} policy needs --model",
         )
+        for own in kind.own_options if kind is not None else ():
+            problem = own.problem(self.extra.get(own.name, own.default))
+            check(not problem, own.name, problem)
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -429,7 +418,10 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         kwargs: dict[str, Any] = {"default": cli_default(f.name)}
         kind = kind_of(f.name)
-        if spec.choices:
+        if spec.from_kinds:
+            kwargs["choices"] = kinds.offered_names()
+            kwargs["help"] = kinds.policies_help()
+        elif spec.choices:
             kwargs["choices"] = spec.choices
         elif kind in (int, float):
             kwargs["type"] = kind
@@ -440,6 +432,14 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         if spec.metavar:
             kwargs["metavar"] = spec.metavar
         parser.add_argument(flag_of(f.name), **kwargs)
+    for kind, own in kinds.own_options():
+        parser.add_argument(
+            own.flag,
+            type=type(own.default),
+            choices=own.choices or None,
+            default=None,
+            help=f"{own.help} ({kind.name} policy; default {own.default})",
+        )
 
 
 def settings_from_cli(
@@ -461,4 +461,7 @@ def settings_from_cli(
         elif kind_of(f.name) == tuple[str, ...]:
             value = tuple(value)
         values[f.name] = value
+    kind = kinds.policy_kind_or_none(values.get("policy") or "")
+    if kind is not None and kind.own_options:
+        values["extra"] = kinds.own_values(kind, cli_options)
     return RolloutSettings(**values)

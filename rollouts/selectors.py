@@ -61,7 +61,7 @@ def batch_episodes_resumable(*, batch: RolloutBatch) -> int:
     to resume."""
     if batch.status in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
         return 0
-    if batch.policy in (RolloutBatch.Policy.HUMAN, RolloutBatch.Policy.IMPORTED):
+    if not batch.policy_kind.played_by_worker:
         return 0
     return Episode.objects.filter(batch_id=batch.id).exclude(status=Episode.Status.FINISHED).count()
 
@@ -74,7 +74,7 @@ def batch_success_rates(*, batch_id: int) -> dict[str, float]:
 
 
 def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
-    """The JSON line `rollout` prints last (SPEC section 4), plus model-call counters."""
+    """The JSON line `rollout` prints last, plus model-call counters."""
     finished = Episode.objects.filter(batch=batch, status=Episode.Status.FINISHED)
     agg = finished.aggregate(
         mean_steps=Avg("steps"),
@@ -86,7 +86,7 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
     bad_outputs = Episode.objects.filter(batch=batch).aggregate(n=Sum("bad_outputs"))["n"]
     batch.refresh_from_db()
     # Every request sent, counted by the batch's own counters: canceled and failed
-    # episodes' calls included. Spend only where the endpoint has prices (SPEC section 4).
+    # episodes' calls included. Spend only where the endpoint has prices (docs/recording.md).
     spend = batch_spend(batch=batch, prices=batch_prices(batch=batch))
     return {
         "batch_id": batch.id,
@@ -141,19 +141,22 @@ def batch_seed_groups(*, batch_id: int) -> list[dict[str, Any]]:
     )
 
 
-_OPENAI_SETTINGS = (
-    ("model", "Model", ""),
-    ("base_url", "Endpoint", ""),
-    ("observation_mode", "Observation", ""),
-    ("history_frames", "History frames", ""),
-    ("image_detail", "Image detail", ""),
-    ("temperature", "Temperature", ""),
-    ("max_tokens", "Max tokens", ""),
-    ("on_bad_output", "On bad output", ""),
-    ("max_retries", "Retries", ""),
-    ("request_timeout", "Request timeout", " s"),
-    ("concurrency", "Concurrency", " requests in flight"),
-    ("requests_per_minute", "Requests per minute", ""),
+# The rows of the options a kind uses (`PolicyKind.options`), in the page's order:
+# (option, key in the stored settings, label, unit).
+_SETTING_ROWS = (
+    ("actions", "actions", "Actions", ""),
+    ("model", "model", "Model", ""),
+    ("endpoint", "base_url", "Endpoint", ""),
+    ("observation_mode", "observation_mode", "Observation", ""),
+    ("history_frames", "history_frames", "History frames", ""),
+    ("image_detail", "image_detail", "Image detail", ""),
+    ("temperature", "temperature", "Temperature", ""),
+    ("max_tokens", "max_tokens", "Max tokens", ""),
+    ("on_bad_output", "on_bad_output", "On bad output", ""),
+    ("max_retries", "max_retries", "Retries", ""),
+    ("request_timeout", "request_timeout", "Request timeout", " s"),
+    ("concurrency", "concurrency", "Concurrency", " requests in flight"),
+    ("requests_per_minute", "requests_per_minute", "Requests per minute", ""),
 )
 
 
@@ -169,16 +172,22 @@ def batch_settings_rows(*, batch: RolloutBatch) -> list[tuple[str, str]]:
         ("Steps", str(batch.step_limit)),
         ("Image size", f"{batch.image_size} px"),
     ]
-    if batch.policy == RolloutBatch.Policy.SCRIPTED:
-        rows.append(("Actions", " ".join(data.get("actions") or ())))
-    if batch.policy == RolloutBatch.Policy.OPENAI:
-        for key, label, unit in _OPENAI_SETTINGS:
+    used = batch.policy_kind.options
+    for option, key, label, unit in _SETTING_ROWS:
+        if option not in used:
+            continue
+        if key == "actions":
+            rows.append((label, " ".join(data.get("actions") or ())))
+        else:
             value = data.get(key, "")
             if key == "requests_per_minute" and not value:
                 value, unit = "no limit", ""
             if key == "concurrency" and value != "":
                 value, unit = _concurrency_got(batch=batch, requested=value), ""
             rows.append((label, f"{value}{unit}" if value != "" else "—"))
+    extra = data.get("extra") or {}
+    for own in batch.policy_kind.own_options:
+        rows.append((own.title, str(extra.get(own.name, own.default))))
     return rows
 
 
@@ -245,7 +254,7 @@ def batches_count_playing(batches: Iterable[RolloutBatch]) -> None:
     batches = [
         batch
         for batch in batches
-        if batch.status in ACTIVE_BATCH_STATUSES and batch.policy == RolloutBatch.Policy.OPENAI
+        if batch.status in ACTIVE_BATCH_STATUSES and batch.policy_kind.calls_model
     ]
     if not batches:
         return

@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.db.models import Count, Sum
 
 from rollouts.models import Episode, RolloutBatch
+from rollouts.policies import kinds
 from rollouts.rollout_settings import RolloutSettings
 from studio.models import Endpoint
 from studio.spend import (
@@ -128,9 +129,9 @@ class BatchEstimate:
 def batch_estimate(*, settings: RolloutSettings) -> BatchEstimate | None:
     """Episodes x steps x the mean tokens per call of this model's earlier batches (or a stated
     guess), times the endpoint's prices; None for a policy that calls no model."""
-    if settings.policy != RolloutBatch.Policy.OPENAI:
+    if not kinds.calls_model(settings.policy):
         return None
-    images = 0 if settings.observation_mode == "text" else 1 + settings.history_frames
+    images = kinds.images_per_call(settings)
     per_call = model_tokens_per_call(model=settings.model) or tokens_per_call_guess(images=images)
     prices = endpoint_prices(name=settings.endpoint)
     episodes = len(settings.seeds) * settings.samples_per_seed
@@ -151,7 +152,7 @@ def model_tokens_per_call(*, model: str) -> TokensPerCall | None:
     """Mean prompt and completion tokens per call over every earlier batch of this model
     (whatever its endpoint), or None when none made a call."""
     totals = RolloutBatch.objects.filter(
-        policy=RolloutBatch.Policy.OPENAI, model=model, model_calls__gt=0
+        policy__in=kinds.model_policy_names(), model=model, model_calls__gt=0
     ).aggregate(
         calls=Sum("model_calls"),
         prompt=Sum("prompt_tokens"),

@@ -11,8 +11,8 @@ class EndpointAdmin(admin.ModelAdmin):
     """Staff with the view permission may look; only superusers add, change or delete.
 
     Whoever edits an endpoint decides which server variable is sent to which URL: a staff
-    user given the endpoint permissions once named SECRET_KEY and a listener of their own
-    (issue 29). The permissions a staff user holds do not change that.
+    user given the endpoint permissions could name SECRET_KEY and a listener of their own.
+    The permissions a staff user holds do not change that.
     """
 
     list_display = ("name", "kind", "base_url", "api_key_env", "key_set", "prices", "enabled")

@@ -60,10 +60,9 @@ def _survive_a_channel_without_connection() -> None:
     the old channel delivered still ends on it: a task whose retry could not be sent while
     Redis was down rejects its message, another acknowledges it, the channel's close puts
     the unacknowledged ones back. Each of these reaches `Channel._connparams` for a new
-    client, which reads `self.connection.client.hostname` and raises AttributeError
-    ("'NoneType' object has no attribute 'client'", or "... 'hostname'"): not a connection
-    error, so nothing catches it, "Unrecoverable error", and the worker exited (in 3 of 6
-    Redis restarts or stops under a model batch; tests/faults reproduce it).
+    client, which reads `self.connection.client.hostname` and raises AttributeError: not a
+    connection error, so nothing catches it, "Unrecoverable error", and the worker exits
+    (tests/faults reproduce it; see `docs/running-at-scale.md`).
 
     Nothing can be told to the broker through a channel without a connection, so each of
     those does what it can do locally: the message is left where it is (in Redis's
@@ -71,9 +70,9 @@ def _survive_a_channel_without_connection() -> None:
     harmless since its job's claim decides; or gone with a Redis that lost its data, whose
     jobs the studio's requeue sends again), and the worker goes on, on its new channel.
 
-    The same class of failure, by kombu issue (none fixed as of kombu 5.7.0, the newest
-    release when this was written; each workaround can go once kombu raises a connection
-    error for a channel without a connection, or skips these calls itself):
+    The same class of failure, by kombu's and Celery's reports (each workaround can go once
+    kombu raises a connection error for a channel without a connection, or skips these
+    calls itself):
 
     - celery/kombu#970 (restoring the unacknowledged messages at a channel's close):
       `QoS.restore_unacked`, also reached through `basic_recover`.
@@ -87,17 +86,30 @@ def _survive_a_channel_without_connection() -> None:
       ConnectionError there, which Celery and kombu treat as a lost broker (logged, the
       consumer reconnects) instead of a bug that ends the worker.
     """
-    import redis.exceptions
     from kombu.transport import redis as kombu_redis
-    from kombu.transport import virtual
 
     qos_class = kombu_redis.QoS
     if getattr(qos_class.ack, "studio_patched", False):
         return
-    connparams = kombu_redis.Channel._connparams
-    ack = qos_class.ack
-    reject = qos_class.reject
-    restore_unacked = qos_class.restore_unacked
+    connparams, qos_ack, qos_reject, qos_restore_unacked = _calls_that_survive(
+        kombu_redis.Channel._connparams,
+        qos_class.ack,
+        qos_class.reject,
+        qos_class.restore_unacked,
+    )
+    for patched in (qos_ack, qos_reject, qos_restore_unacked, connparams):
+        patched.studio_patched = True
+    kombu_redis.Channel._connparams = connparams
+    qos_class.ack = qos_ack
+    qos_class.reject = qos_reject
+    qos_class.restore_unacked = qos_restore_unacked
+
+
+def _calls_that_survive(connparams, ack, reject, restore_unacked) -> tuple:
+    """kombu's Redis `Channel._connparams`, `QoS.ack`, `QoS.reject` and
+    `QoS.restore_unacked`, each wrapped to do what it can on a channel without connection."""
+    import redis.exceptions
+    from kombu.transport import virtual
 
     def connection_gone(channel) -> bool:
         return getattr(channel.connection, "client", None) is None
@@ -135,12 +147,7 @@ def _survive_a_channel_without_connection() -> None:
             return None
         return restore_unacked(self, client)
 
-    for patched in (qos_ack, qos_reject, qos_restore_unacked, _connparams):
-        patched.studio_patched = True
-    kombu_redis.Channel._connparams = _connparams
-    qos_class.ack = qos_ack
-    qos_class.reject = qos_reject
-    qos_class.restore_unacked = qos_restore_unacked
+    return _connparams, qos_ack, qos_reject, qos_restore_unacked
 
 
 _survive_a_channel_without_connection()
@@ -187,11 +194,10 @@ def _warm_up_and_freeze(**kwargs) -> None:
     """Build what every task needs first, then leave all the worker has built so far out
     of Python's cyclic garbage collections.
 
-    Those objects (Django, the libraries, the game's textures and compiled kernels: ~250,000)
-    live as long as the worker, yet each full collection went over all of them with the GIL
-    held: 110-118 ms of CPU, and in one timed run of `benchmarks/vlm_concurrency.py` 197 ms
-    during which that worker's 16 episodes waited. Frozen, a full collection walks only what
-    came after.
+    Those objects (Django, the libraries, the game's textures and compiled kernels: hundreds
+    of thousands) live as long as the worker, yet each full collection would go over all of
+    them with the GIL held, while that worker's episodes wait. Frozen, a full collection
+    walks only what came after.
     """
     for receiver, error in worker_warm_up.send_robust(sender=app):
         if error is not None:  # the first task builds it then, and fails with the reason

@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-# Celery's warm shutdown takes 4-7 s here (its timer thread sleeps out its current delay);
-# past this the groups are killed. Safe: an episode cut short is resumed from its last
+# Celery's warm shutdown can take longer than this (its timer thread sleeps out its current
+# delay); past this the groups are killed. Safe: an episode cut short is resumed from its last
 # recorded turn by the next worker (the next `make demo`'s takes its predecessor's over).
 STOP_SECONDS = 3.0
 # How long Ctrl-C waits for the database to say what was interrupted before it says nothing.

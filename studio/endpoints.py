@@ -38,10 +38,9 @@ def endpoint_enabled_first(
     """`endpoints_enabled(kind=kind).filter(name=name, base_url=base_url).first()` (each
     condition only when given), in SQL.
 
-    Every episode looks its endpoint up as it starts, 64 at once sharing a worker's cores:
-    the ORM spent ~0.5 ms of CPU building that query each time (4% of a threaded worker's
-    CPU in `benchmarks/vlm_concurrency`), a raw query ~0.2 ms. `test_endpoints` checks that
-    both give the same endpoint.
+    Every episode looks its endpoint up as it starts, 64 at once sharing a worker's cores,
+    and the ORM's building of that query is a visible share of a threaded worker's CPU in
+    `benchmarks/vlm_concurrency`. `test_endpoints` checks that both give the same endpoint.
     """
     conditions, params = ["kind = %s", "enabled"], [kind]
     if name is not None:

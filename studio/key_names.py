@@ -1,4 +1,5 @@
-"""Which environment variables may hold an endpoint's key (issue 29).
+"""Which environment variables may hold an endpoint's key (`docs/configuration.md`, "Secrets
+and logins").
 
 An endpoint's key is read from the variable its row names and sent to its URL. A row naming
 `SECRET_KEY` or `DATABASE_URL` would send the server's own secrets to whoever runs that URL,

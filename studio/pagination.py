@@ -170,8 +170,8 @@ class _Loader:
 def _page_rows(qs: QuerySet, limit: int, loader: _Loader | None) -> list[Any]:
     """The first `limit` rows of `qs`. With a loader, in two reads: the keys alone, then their
     rows. Joined to the rows' relations, the planner misjudges how many rows a filter keeps and
-    joins every match before sorting (10 million turns, a combined filter: 350 ms); the keys
-    alone come from an index read in order that stops at the limit (20 ms)."""
+    joins every match before sorting; the keys alone come from an index read in order that
+    stops at the limit (figures in `docs/benchmarks.md`)."""
     if loader is None:
         return list(qs[:limit])
     if loader.key == ("pk",):
@@ -198,8 +198,8 @@ def _beyond(fields: list[tuple[str, bool]], values: list[Any], *, backwards: boo
         condition |= equal & Q(**{f"{name}__{lookup}": value})
         equal &= Q(**{name: value})
     # The same bound on the first field alone, redundant but index-shaped: PostgreSQL starts
-    # its index scan there instead of filtering every row before the cursor (measured: page
-    # 20,000 of a million turns went from ~950 ms to the cost of page 1).
+    # its index scan there instead of filtering every row before the cursor, so a deep page
+    # costs what page 1 does.
     first_name, first_desc = fields[0]
     first_bound = Q(**{f"{first_name}__{'lte' if first_desc != backwards else 'gte'}": values[0]})
     return first_bound & condition

@@ -1,12 +1,11 @@
 """`copy_rows`: new rows of one model written with PostgreSQL's COPY, for the hot writers.
 
-The recorder writes a frame and a turn for every step played, an import one for every row
-it reads. Through `bulk_create` they
-cost ~250 us of CPU a pair in the worker (Django prepares every field of every object, and
-its PostgreSQL bulk insert sends each column as an array, which psycopg escapes element by
-element in Python); through COPY ~100 us. COPY returns no ids, so they are drawn from the
-tables' sequences first, in one statement for all the groups written together, and set on
-the objects, as `bulk_create` does.
+The recorder writes a frame and a turn for every step played, an import one for every row it
+reads. Through `bulk_create` they cost the worker more than twice the CPU they cost through
+COPY (Django prepares every field of every object, and its PostgreSQL bulk insert sends each
+column as an array, which psycopg escapes element by element in Python). COPY returns no
+ids, so they are drawn from the tables' sequences first, in one statement for all the groups
+written together, and set on the objects, as `bulk_create` does.
 
 Only for models with an automatic id whose every other column is a boolean, number, text,
 date (not auto_now), foreign key, JSON (`json.dumps` with the field's encoder, as Django

@@ -1,4 +1,5 @@
-"""Settings from environment variables (SPEC section 2); every default works for `make demo`."""
+"""Settings from environment variables (`docs/configuration.md`); every default works for
+`make demo`."""
 
 import re
 from pathlib import Path
@@ -99,9 +100,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
     # A statement a connection runs a second time is prepared on the server, which then
     # skips parsing and planning it: the recorder's inserts, the claims, heartbeats and ends
-    # repeat all day (PostgreSQL's CPU in a model batch: 0.51-0.57 -> 0.39-0.50 s). Behind a pooler
-    # that cannot carry prepared statements (PgBouncer before 1.21 in transaction mode), set
-    # STUDIO_DB_PREPARE_THRESHOLD=off.
+    # repeat all day. Behind a pooler that cannot carry prepared statements (PgBouncer before
+    # 1.21 in transaction mode), set STUDIO_DB_PREPARE_THRESHOLD=off.
     _prepare = env.str("STUDIO_DB_PREPARE_THRESHOLD", default="2").strip().lower()
     if _prepare not in ("off", "") and not _prepare.isdigit():
         raise ImproperlyConfigured(
@@ -112,10 +112,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
     # ... but planned anew on every run, for the values it runs with. After five runs of a
     # prepared statement PostgreSQL may switch to one generic plan for any value, and for
-    # the skewed filters of the review pages that plan can be a disaster: the turn list
-    # with errors by reward, descending, at 10 million turns went from 40 ms to 1.4-1.8 s a
-    # request from a web process's sixth view on (`benchmarks/scale.py`). Parsing is still
-    # saved.
+    # the skewed filters of the review pages that plan can be many times slower, from a web
+    # process's sixth view of a page on (`benchmarks/scale.py`). Parsing is still saved.
     _options = DATABASES["default"]["OPTIONS"]
     if "plan_cache_mode" not in _options.get("options", ""):
         _options["options"] = (

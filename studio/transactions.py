@@ -21,8 +21,8 @@ def fetch_and_commit(sql: str, params: list) -> tuple | None:
     For a statement taking a row lock that many transactions queue for (the batch row that
     every episode's end counts on): the lock is then held for the statement and the commit,
     on the server, and not across a round trip to a worker thread that may wait milliseconds
-    for its interpreter lock before it sends the COMMIT. 64 episodes ending together queued
-    behind each other that way, a few ms each. The caller writes nothing after it.
+    for its interpreter lock before it sends the COMMIT: 64 episodes ending together would
+    queue behind each other that way. The caller writes nothing after it.
 
     Only in the outermost atomic block of a PostgreSQL connection: elsewhere (a savepoint, a
     caller's or a test's transaction, another database) it is a plain statement, and the

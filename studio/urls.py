@@ -21,7 +21,17 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("rollouts.urls")),
     path("datasets/", include("curation.urls")),
-    path("training/", include("training.urls")),
+    # A training job's pages and the Evaluate pages the evaluation app adds to them, in one
+    # namespace (`training:job_detail`, `training:job_evaluate`): training names no later app.
+    path(
+        "training/",
+        include(
+            (
+                [path("", include("training.urls")), path("", include("evaluation.job_urls"))],
+                "training",
+            )
+        ),
+    ),
     path("", include("evaluation.urls")),
     path("probes/", include("probes.urls")),
 ]

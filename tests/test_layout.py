@@ -1,5 +1,7 @@
 """The project's shape: no import cycle between modules or between apps, each app importing
-only the apps before it, and a game that imports no Django.
+only the apps before it (nor naming a later one in a task name or a URL include), a game
+that imports no Django, modules and functions of a readable size, and `docs/layout.md`
+naming every module.
 
 Every import counts, wherever it is written: at the top, inside a function, under
 `if TYPE_CHECKING:` (a cycle hidden in a function is a cycle all the same). `from pkg import
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -24,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 APPS = ("studio", "rollouts", "curation", "training", "evaluation", "probes")
 GAME = "rollouts.game"
 TEST_SUPPORT = "studio.testing"
+# The most lines a production module or function may have (docs/layout.md: "one job each").
+MODULE_LINES = 500
+FUNCTION_LINES = 80
+# The project's wiring, which names every app by its role: the settings (installed apps, the
+# beat schedule) and the root URLconf (each app's URLs mounted).
+WIRING = ("studio.settings", "studio.urls")
+LAYOUT_DOC = ROOT / "docs" / "layout.md"
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,136 @@ def outside_the_game(graph: Mapping[str, list[Import]], game: str) -> list[Impor
     ]
 
 
+@dataclass(frozen=True)
+class Named:
+    module: str
+    file: str
+    line: int
+    name: str  # the dotted name a string holds: "evaluation.tasks.statistics_warm"
+    target: str  # the project module it names
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} names {self.name!r}"
+
+
+def names_in_strings(root: Path, apps: Iterable[str]) -> list[Named]:
+    """Every string constant that names a module of the project below an app's package: a
+    Celery task's name (its module's path and its function) or a URL include. An app label
+    alone (`"training.TrainingJob"`, a model Django resolves by label) names no module."""
+    modules = project_modules(root, apps)
+    dotted = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+    found = []
+    for module, path in modules.items():
+        file = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if not dotted.fullmatch(node.value):
+                continue
+            target = _resolve(node.value, modules)
+            if target and "." in target:
+                found.append(Named(module, file, node.lineno, node.value, target))
+    return found
+
+
+def later_app_names(named: Iterable[Named], apps: tuple[str, ...], wiring=()) -> list[Named]:
+    """Strings of a module that name a module of an app after the module's own."""
+    rank = {app: n for n, app in enumerate(apps)}
+    return [
+        n
+        for n in named
+        if n.module not in wiring and rank[app_of(n.target)] > rank[app_of(n.module)]
+    ]
+
+
+@dataclass(frozen=True)
+class Oversized:
+    file: str
+    line: int
+    what: str  # "module" or the function's qualified name
+    lines: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} {self.what}: {self.lines} lines"
+
+
+def oversized(root: Path, apps: Iterable[str], module_lines: int, function_lines: int):
+    """Production modules over `module_lines` lines and functions (methods included) over
+    `function_lines`, from the `def` line to the last line of the body."""
+    found = []
+    for path in project_modules(root, apps).values():
+        file = path.relative_to(root).as_posix()
+        text = path.read_text()
+        if len(text.splitlines()) > module_lines:
+            found.append(Oversized(file, 1, "module", len(text.splitlines())))
+        found.extend(_long_functions(ast.parse(text, filename=str(path)), file, function_lines))
+    return found
+
+
+def _long_functions(tree: ast.AST, file: str, limit: int, prefix: str = "") -> list[Oversized]:
+    found = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{node.name}"
+            if not isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(Oversized(file, node.lineno, f"{name}()", lines))
+            found.extend(_long_functions(node, file, limit, name + "."))
+        else:
+            found.extend(_long_functions(node, file, limit, prefix))
+    return found
+
+
+def undocumented(root: Path, apps: Iterable[str], doc: str) -> list[str]:
+    """The production modules and packages of the apps that `doc` does not name.
+
+    Each app has its section (a heading naming `app/`). A module or package directly in the
+    app is named anywhere in it (`views.py`, `recording/`); one deeper is named in the same
+    item (a bullet or paragraph) as its package (`recording/`: ... `recorder.py`); a
+    management command by its name (`rollout`). `__init__` and `apps.py` need no line."""
+    sections = _sections(doc, apps)
+    missing = []
+    for module, path in project_modules(root, apps).items():
+        app, *rest = module.split(".")
+        if not rest or rest == ["apps"]:
+            continue
+        section = sections.get(app, "")
+        if "management" in rest:
+            if rest[-1] not in ("management", "commands") and f"`{rest[-1]}`" not in section:
+                missing.append(module)
+            continue
+        leaf = rest[-1] + ("/" if path.name == "__init__.py" else ".py")
+        if len(rest) == 1:
+            named = _names(section, leaf)
+        else:
+            package = rest[-2] + "/"
+            named = any(_names(item, package) and _names(item, leaf) for item in _items(section))
+        if not named:
+            missing.append(module)
+    return sorted(missing)
+
+
+def _sections(doc: str, apps: Iterable[str]) -> dict[str, str]:
+    """Each app's section of the page: from its heading (`## ` and the app's folder, in
+    backquotes) to the next heading."""
+    found = {}
+    for part in re.split(r"^## ", doc, flags=re.M)[1:]:
+        for app in apps:
+            if part.startswith(f"`{app}/`"):
+                found[app] = part
+    return found
+
+
+def _items(section: str) -> list[str]:
+    """A section's bullets and paragraphs."""
+    return [item for item in re.split(r"\n(?=- )|\n\s*\n", section) if item.strip()]
+
+
+def _names(text: str, name: str) -> bool:
+    return re.search(r"(?<![\w/.])" + re.escape(name) + r"(?![\w])", text) is not None
+
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, list[Import]]:
     return import_graph(ROOT, APPS)
@@ -242,6 +382,30 @@ def test_no_production_module_imports_the_test_support(graph):
     assert not offending, "\n".join(f"    {i}" for i in offending)
 
 
+def test_no_app_names_a_later_app_in_a_task_name_or_a_url_include():
+    offending = later_app_names(names_in_strings(ROOT, APPS), APPS, WIRING)
+    assert not offending, f"the order is {' < '.join(APPS)}; these name a later app:\n" + (
+        "\n".join(f"    {n}" for n in offending)
+    )
+
+
+def test_no_production_module_or_function_is_too_long_to_read():
+    found = oversized(ROOT, APPS, MODULE_LINES, FUNCTION_LINES)
+    assert not found, (
+        f"modules over {MODULE_LINES} lines, functions over {FUNCTION_LINES}: split them\n"
+        + "\n".join(f"    {o}" for o in found)
+    )
+
+
+def test_docs_layout_names_every_app_and_every_module():
+    doc = LAYOUT_DOC.read_text()
+    assert all(f"## `{app}/`" in doc for app in APPS), "docs/layout.md: a section per app"
+    missing = undocumented(ROOT, APPS, doc)
+    assert not missing, "docs/layout.md does not name these modules:\n" + "\n".join(
+        f"    {m}" for m in missing
+    )
+
+
 # --- the checks themselves, on a project made up for them --------------------------------
 
 
@@ -291,4 +455,51 @@ def test_the_walk_finds_cycles_hidden_in_functions_type_checking_and_submodules(
     assert [(i.module, i.target) for i in outside] == [
         ("first.game.board", None),
         ("first.game.pure", "first.services"),
+    ]
+
+
+def test_the_string_size_and_doc_checks_find_what_they_look_for(tmp_path):
+    _write(
+        tmp_path,
+        {
+            "first/__init__.py": "",
+            "first/apps.py": "",
+            "first/services.py": (
+                'TASK = "second.tasks.warm"\nMODEL = "second.Thing"\n'
+                "def long():\n" + "    x = 1\n" * 80
+            ),
+            "first/urls.py": 'include("second.urls")\n',
+            "first/play/__init__.py": "",
+            "first/play/forks.py": "class A:\n    def f(self):\n" + "        y = 2\n" * 80,
+            "first/management/commands/go.py": "",
+            "first/tests/test_it.py": "x = 1\n" * 600,
+            "second/__init__.py": "",
+            "second/tasks.py": 'NAME = "first.services"\n',
+            "second/urls.py": "",
+            "second/big.py": "z = 3\n" * 501,
+        },
+    )
+    apps = ("first", "second")
+    late = later_app_names(names_in_strings(tmp_path, apps), apps)
+    assert [str(n) for n in late] == [
+        "first/services.py:1 names 'second.tasks.warm'",
+        "first/urls.py:1 names 'second.urls'",
+    ]
+    assert later_app_names(names_in_strings(tmp_path, apps), apps, ("first.services",)) == [late[1]]
+    found = oversized(tmp_path, apps, 500, 80)
+    assert sorted(str(o) for o in found) == [
+        "first/play/forks.py:2 A.f(): 81 lines",
+        "first/services.py:3 long(): 81 lines",
+        "second/big.py:1 module: 501 lines",
+    ]
+    doc = (
+        "# Layout\n\n## `first/`: one\n\n- `services.py`, `urls.py`, the command `go`\n"
+        "- `play/`: `forks.py`\n\n## `second/`: two\n\n`tasks.py`, `urls.py`, `big.py`, "
+        "and `forks.py`\n"
+    )
+    assert undocumented(tmp_path, apps, doc) == []
+    doc = doc.replace("- `play/`: `forks.py`\n", "- `play/`\n").replace("`go`", "go")
+    assert undocumented(tmp_path, apps, doc) == [
+        "first.management.commands.go",
+        "first.play.forks",
     ]

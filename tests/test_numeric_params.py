@@ -1,7 +1,7 @@
-"""Every numeric query parameter of every page is range-checked (issue 29, item 4).
+"""Every numeric query parameter of every page is range-checked.
 
-`/turns/?seed=9223372036854775808` was a 500 (OverflowError) for any viewer: a number past
-PostgreSQL's bigint went into a query. Each page below is asked with hostile numbers for
+A number past PostgreSQL's bigint (`/turns/?seed=9223372036854775808`) must never reach a
+query, where it would raise OverflowError. Each page below is asked with hostile numbers for
 each numeric parameter it reads; it answers 200 (the filter refused on the form, or
 ignored) or a one-line 400, never a 500.
 """

@@ -1,6 +1,8 @@
-"""The Crafter environment as the studio plays it (SPEC section 3): reproducible and observable.
+"""The Crafter environment as the studio plays it: reproducible and observable (see
+`docs/recording.md`, "Reproducible games").
 
-Stock crafter 1.8.3 is not reproducible in two ways, both fixed here and only here:
+Stock crafter 1.8.3 is not reproducible in two ways, both fixed by this env and its views
+(`rollouts.game.crafter_views`) and nowhere else:
 
 * `Env._balance_object` picks a creature to despawn from a list built by iterating a `set`,
   whose order follows memory addresses, so the same seed plays differently in two processes.
@@ -20,11 +22,8 @@ per call. The worlds are stock crafter's, bit for bit.
 from __future__ import annotations
 
 import collections
-import copy
 import functools
 import io
-import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +32,21 @@ import numpy as np
 from crafter import constants, engine, objects
 from PIL import Image
 
-from rollouts.game import drawing, worldgen
+from rollouts.game import worldgen
+from rollouts.game.crafter_views import (
+    RememberingItemView,
+    ReproducibleLocalView,
+    StudioWorld,
+    shared_textures,
+    without_textures,
+)
 from rollouts.game.png import encode_rgb
+
+# The play page's snapshots (pickles in Django's cache) name these classes by the names they
+# had here: a snapshot written before they moved still loads.
+_StudioWorld = StudioWorld
+_ReproducibleLocalView = ReproducibleLocalView
+_RememberingItemView = RememberingItemView
 
 AREA = (64, 64)
 VIEW = (9, 9)
@@ -92,194 +104,19 @@ VITALS: tuple[str, ...] = ("health", "food", "drink", "energy")
 FACING_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
 
 
-class _BlankSeedSequence(np.random.bit_generator.ISeedSequence):
-    """A seed sequence of zeros, for an MT19937 that is re-seeded straight away."""
-
-    def generate_state(self, n_words, dtype=np.uint32):
-        return np.zeros(n_words, dtype)
-
-
-def _random_state(seed: int) -> np.random.RandomState:
-    """`np.random.RandomState(seed)`, the same state, in ~0.04 ms instead of ~0.11 ms.
-
-    `RandomState(seed)` first seeds a new MT19937 from the OS's entropy through a
-    SeedSequence (nearly all of its time), then throws that away for the legacy seeding of
-    `seed`. `RandomState.seed(seed)` is that legacy seeding; it sets the whole generator
-    state (and clears the cached Gaussian), whatever the state before.
-    """
-    random = np.random.RandomState(np.random.MT19937(_BlankSeedSequence()))
-    random.seed(seed)
-    return random
-
-
-class _StudioWorld(engine.World):
-    """crafter's `World`, whose `reset` makes its random generator faster (the same state).
-
-    A new env paid two `RandomState` constructions, ~0.2 ms: one from entropy in
-    `World.__init__` (drawn from by nothing: `StudioEnv.reset` seeds the world first) and
-    the seeded one of `reset`.
-    """
-
-    def reset(self, seed=None):
-        # crafter's World.reset, with `_random_state` for `np.random.RandomState`.
-        self.random = _random_state(secrets.randbits(32) if seed is None else seed)
-        self.daylight = 0.0
-        self._chunks = collections.defaultdict(set)
-        self._objects = [None]
-        self._mat_map = np.zeros(self.area, np.uint8)
-        self._obj_map = np.zeros(self.area, np.uint32)
-
-
-class _ReproducibleLocalView(engine.LocalView):
-    """Night noise from its own generator, keyed by (seed, step), never the world's.
-
-    It also draws whole frames faster than crafter's views, with the same pixels (`frame`,
-    `rollouts.game.drawing`): the ground of all cells at once from a texture atlas, and only the
-    creatures inside the view (crafter draws cell by cell and looks at every creature of the
-    world).
-    """
-
-    noise_key: tuple[int, int] = (0, 0)
-
-    def frame(self, player, unit, items: np.ndarray, size, border) -> np.ndarray | None:
-        """The whole frame `Env.render` draws with this view and `items`, the inventory's;
-        None for textures of another shape than crafter's (then draw as crafter does)."""
-        ux, uy = int(unit[0]), int(unit[1])
-        atlas = self._ground_atlas(ux, uy)
-        if atlas is None:
-            return None
-        world = self._world
-        grid = int(self._grid[0]), int(self._grid[1])
-        x0 = int(player.pos[0]) - int(self._offset[0])
-        y0 = int(player.pos[1]) - int(self._offset[1])
-        # The creatures in view: each has a cell of its own, so the order they are drawn in
-        # (crafter's is the world's) does not change the pixels.
-        left, top = max(x0, 0), max(y0, 0)
-        ids = world._obj_map[left : x0 + grid[0], top : y0 + grid[1]]
-        creatures = [
-            (left + x - x0, top + y - y0, world._objects[index].texture)
-            for x, y, index in zip(*np.nonzero(ids), ids[ids != 0].tolist(), strict=True)
-        ]
-        daylight = world.daylight
-        night = None
-        if daylight < 0.5:  # `LocalView._light`: the night view has noise
-
-            def night(canvas: np.ndarray) -> np.ndarray:
-                return self._noise(canvas, 2 * (0.5 - daylight), 0.5).astype(np.uint8)
-
-        return drawing.draw_frame(
-            materials=world._mat_map,
-            corner=(x0, y0),
-            grid=grid,
-            atlas=atlas,
-            sprites=_shared_sprites(self._textures, ux, uy),
-            creatures=creatures,
-            daylight=daylight,
-            night=night,
-            sleeping=player.sleeping,
-            items=items,
-            size=(int(size[0]), int(size[1])),
-            border=(int(border[0]), int(border[1])),
-        )
-
-    def _ground_atlas(self, ux: int, uy: int) -> np.ndarray | None:
-        """One (ux, uy, 3) texture per material id, then the grey of cells outside the world."""
-        key = (id(self._textures), ux, uy, len(self._world._mat_names))
-        cached = getattr(self, "_atlas", None)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        names = self._world._mat_names
-        names = tuple(names[i] for i in range(len(names)))
-        atlas = _shared_ground_atlas(self._textures, ux, uy, names)
-        self._atlas = (key, atlas)
-        return atlas
-
-    def _noise(self, canvas: np.ndarray, amount: float, stddev: float) -> np.ndarray:
-        rng = np.random.default_rng(self.noise_key)
-        noise = rng.uniform(32, 127, canvas.shape[:2])[..., None]
-        mask = amount * self._vignette(canvas.shape, stddev)[..., None]
-        return (1 - mask) * canvas + mask * noise
-
-
-# Drawings that depend only on the textures, the unit and what is drawn, shared by every env
-# of the process: each new env drew them afresh, ~0.1 ms of its first frame. Plain dict get
-# and set (atomic under the GIL) of read-only arrays, so a threaded worker's episodes can
-# share them; two threads missing at once both draw the same pixels and one copy stays.
-# The textures object is part of each entry, so that its id is not reused while it is keyed.
-_ATLASES: dict[tuple, tuple[Any, np.ndarray | None]] = {}
-_INVENTORIES: dict[tuple, tuple[Any, np.ndarray]] = {}
-_SPRITES: dict[tuple, tuple[Any, drawing.Sprites]] = {}
-# Distinct inventories drawn, at most (~2.6 KB each at 64 px, ~42 KB at 256 px).
-_INVENTORIES_KEPT = 256
-
-
-def _drawn_once(cache: dict, key: tuple, textures, draw: Callable[[], Any], kept: int = 64):
-    """`cache`'s drawing for `key` (which starts with `id(textures)`), drawn by `draw` when
-    missing; the cache is emptied once it holds `kept` of them."""
-    entry = cache.get(key)
-    if entry is not None and entry[0] is textures:
-        return entry[1]
-    drawn = draw()
-    if len(cache) >= kept:
-        cache.clear()
-    cache[key] = (textures, drawn)
-    return drawn
-
-
-def _shared_ground_atlas(textures, ux: int, uy: int, names: tuple) -> np.ndarray | None:
-    """`_ReproducibleLocalView`'s atlas for these textures, unit and material names; None for
-    textures of another shape than crafter's (the view then draws as crafter does)."""
-
-    def draw() -> np.ndarray | None:
-        tiles = [textures.get(name, (ux, uy)) for name in names]
-        if not all(t.ndim == 3 and t.shape[:2] == (ux, uy) and t.dtype == np.uint8 for t in tiles):
-            return None
-        grey = np.full((ux, uy, 3), 127, np.uint8)
-        atlas = np.stack([t[..., :3] for t in tiles] + [grey])
-        atlas.flags.writeable = False
-        return atlas
-
-    return _drawn_once(_ATLASES, (id(textures), ux, uy, names), textures, draw)
-
-
-def _shared_sprites(textures, ux: int, uy: int) -> drawing.Sprites:
-    """The creatures' textures drawn so far at this unit, for every env of the process."""
-    return _drawn_once(
-        _SPRITES, (id(textures), ux, uy), textures, lambda: drawing.Sprites(textures, (ux, uy))
-    )
-
-
-class _RememberingItemView(engine.ItemView):
-    """crafter's inventory view, drawn once per distinct inventory (it changes rarely) for
-    every env of the process."""
-
-    def __call__(self, inventory, unit) -> np.ndarray:
-        textures = self._textures
-        ux, uy = int(unit[0]), int(unit[1])
-        grid = (int(self._grid[0]), int(self._grid[1]))
-        key = (id(textures), grid, tuple(inventory.items()), ux, uy)
-
-        def draw() -> np.ndarray:
-            canvas = super(_RememberingItemView, self).__call__(inventory, unit)
-            canvas.flags.writeable = False
-            return canvas
-
-        return _drawn_once(_INVENTORIES, key, textures, draw, kept=_INVENTORIES_KEPT)
-
-
 class StudioEnv(crafter.Env):
     """`crafter.Env(area=(64, 64), size=(S, S), length=L, seed=seed)`, made reproducible.
 
     `semantic`: `step`'s info carries crafter's semantic map of the world, as crafter's
-    does. The studio records none, and drawing it cost ~33 us a step (an eighth of one);
-    without it the info has no "semantic".
+    does. The studio records none, and drawing it costs a good part of a step; without it
+    the info has no "semantic".
     """
 
     def __init__(
         self, *, seed: int, size: int = 64, length: int = 256, semantic: bool = False
     ) -> None:
         # crafter.Env.__init__, but with textures shared by every episode of the process
-        # (loading them costs ~190 ms, as much as 50 steps) and the reproducible local view.
+        # (loading them costs as much as dozens of steps) and the reproducible local view.
         view = np.array(VIEW)
         self._area = AREA
         self._view = view
@@ -288,13 +125,13 @@ class StudioEnv(crafter.Env):
         self._length = length
         self._seed = seed
         self._episode = 0
-        self._world = _StudioWorld(AREA, constants.materials, (12, 12))
-        self._textures = _shared_textures()
+        self._world = StudioWorld(AREA, constants.materials, (12, 12))
+        self._textures = shared_textures()
         item_rows = int(np.ceil(len(constants.items) / view[0]))
-        self._local_view = _ReproducibleLocalView(
+        self._local_view = ReproducibleLocalView(
             self._world, self._textures, [view[0], view[1] - item_rows]
         )
-        self._item_view = _RememberingItemView(self._textures, [view[0], item_rows])
+        self._item_view = RememberingItemView(self._textures, [view[0], item_rows])
         self._sem_view = engine.SemanticView(
             self._world,
             [
@@ -381,7 +218,7 @@ class StudioEnv(crafter.Env):
         Each creature holds its world, which holds it. Left as they are, an ended episode's
         world (~150 objects in cycles) waits for Python's cyclic collector, and in a worker
         that plays episodes all day it adds to the full collections, which hold the GIL
-        over the whole heap (110-118 ms of CPU, measured) while its other episodes wait.
+        over the whole heap while its other episodes wait.
         Without the world's lists nothing is in a cycle, and it is freed at once.
         """
         world = self._world
@@ -438,18 +275,18 @@ class StudioEnv(crafter.Env):
     # --- snapshots (the play page keeps a game between key presses) ----------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        # The textures are shared by the process and cost ~190 ms to load: a snapshot leaves
-        # them out (it is then ~35 KB at step 1,000) and takes the process's own when loaded.
+        # The textures are shared by the process and slow to load: a snapshot leaves them out
+        # (it stays small) and takes the process's own when loaded.
         state = self.__dict__.copy()
         state["_textures"] = None
-        state["_local_view"] = _without_textures(self._local_view)
-        state["_item_view"] = _without_textures(self._item_view)
+        state["_local_view"] = without_textures(self._local_view)
+        state["_item_view"] = without_textures(self._item_view)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_semantic", False)  # a snapshot from before the option
-        textures = _shared_textures()
+        textures = shared_textures()
         self._textures = textures
         self._local_view._textures = textures
         self._item_view._textures = textures
@@ -510,7 +347,7 @@ class StudioEnv(crafter.Env):
 
 
 def text_observation(env: StudioEnv, state: dict[str, Any] | None = None) -> str:
-    """The text observation of SPEC section 3: what a text-only agent needs to play.
+    """The text observation: what a text-only agent needs to play (`docs/recording.md`).
 
     `state`, when given, is `env.state()` at this step (a recorder has it already).
     """
@@ -533,29 +370,14 @@ def text_observation(env: StudioEnv, state: dict[str, Any] | None = None) -> str
     )
 
 
-def _without_textures(view: Any) -> Any:
-    clone = copy.copy(view)
-    clone._textures = None
-    # What the view drew from the textures goes too (the snapshot stays small). `_drawn` is
-    # the inventory cache of views made before it was shared by the process.
-    clone.__dict__.pop("_atlas", None)
-    clone.__dict__.pop("_drawn", None)
-    return clone
-
-
 def warm_up() -> None:
     """Build, play and draw one game: what every episode of a process needs first (the
-    textures, the world generator's compiled kernels, ~50,000 objects and ~0.2 s) is then
+    textures, the world generator's compiled kernels, tens of thousands of objects) is then
     ready before the first episode."""
     env = StudioEnv(seed=0)
     encode_png(env.reset())
     env.step(ACTION_INDEX["noop"])
     env.close()
-
-
-@functools.cache
-def _shared_textures() -> engine.Textures:
-    return engine.Textures(constants.root / "assets")
 
 
 @dataclass(frozen=True)
@@ -580,7 +402,7 @@ def decode_png(png: bytes) -> np.ndarray:
 
 def library_versions() -> dict[str, str]:
     """The versions a batch records: those this process loaded (read once, at its first
-    batch; each read parses three packages' metadata, ~1.7 ms of a batch's creation)."""
+    batch: each read parses three packages' metadata)."""
     return dict(_library_versions())
 
 

@@ -15,13 +15,13 @@ crafter 1.8.3 draws a frame (`Env.render`) as:
   transposed to (height, width).
 
 Here `_compose` draws the local view's ground and creatures, and `_shade` everything after it,
-each pixel in one pass, with the same operations in the same order and precision. A 64-pixel
-frame costs ~45 us of CPU: ~650 us with crafter's views, ~185 us with the numpy drawing this
-replaced (an atlas, but numpy's and Pillow's overhead on small arrays for the light). The
+each pixel in one pass, with the same operations in the same order and precision: far less
+CPU than crafter's views, or than numpy's and Pillow's overhead on small arrays (figures in
+`docs/benchmarks.md`). The
 tests compare every frame of long games (night, sleep, creatures) with crafter's own drawing,
 and the light with crafter's (and so Pillow's) over all 2**24 colours.
 
-The kernels keep the interpreter lock (no `nogil`): they run ~10 and ~25 us, and the 16
+The kernels keep the interpreter lock (no `nogil`): they run for microseconds, and the 16
 episodes of a threaded worker share its lock. Letting go of it and taking it back would cost
 two hand-overs a call, and the episode a wait for the lock, for no parallel work: a busy
 host's cores are taken by the other workers.

@@ -1,10 +1,11 @@
 """The library versions the studio's crafter fixes are written against, checked at start-up.
 
-`rollouts.game.crafter_env` re-implements `crafter.Env.__init__`, `reset`, `step`,
-`_balance_object`, `World.reset` and `LocalView._noise` from crafter 1.8.3's source, and
-`rollouts.game.worldgen` re-implements `World.add` for new creatures, calls opensimplex's private
-`opensimplex.internals._noise3(x, y, z, perm, perm_grad_index3)` and builds the permutation
-arrays of 0.4.5.1's private `_init` itself. Another release may change any of
+`rollouts.game.crafter_env` and `rollouts.game.crafter_views` re-implement
+`crafter.Env.__init__`, `reset`, `step`, `_balance_object`, `World.reset` and
+`LocalView._noise` from crafter 1.8.3's source, and `rollouts.game.worldgen` re-implements
+`World.add` for new creatures, calls opensimplex's private `opensimplex.internals._noise3(x,
+y, z, perm, perm_grad_index3)` and builds the permutation arrays of 0.4.5.1's private `_init`
+itself. Another release may change any of
 these without notice, and the symptom would be silently different worlds (episodes no longer
 reproducible, datasets that claim games that did not happen), not an error. So the process
 refuses to start on any other version.

@@ -1,15 +1,15 @@
 """crafter's world generation, the same worlds in a fraction of the time.
 
-Stock `crafter.worldgen.generate_world` asks opensimplex for one noise value at a time
-(~50,000 calls per world) and runs its per-cell rules in Python: ~150 ms of CPU even with
-numba. Here the three noise fields every cell reads are computed for the whole 64 x 64 area
-in one compiled loop over opensimplex's own `_noise3`, and the per-cell rules are compiled
-too, computing the other fields only on the cells that read them, fed from a buffer of the
-world's own random numbers so that they draw exactly the values crafter would, in the same
-order. Worlds, creatures and the random state afterwards are stock crafter's, bit for bit
-(tested on many seeds), in ~3 ms. opensimplex's permutation arrays are built here too
-(`permutation`, tested against opensimplex's own `_init`): `OpenSimplex(seed)` spent ~0.65 ms
-on them, a sixth of a reset.
+Stock `crafter.worldgen.generate_world` asks opensimplex for one noise value at a time (tens
+of thousands of calls per world) and runs its per-cell rules in Python. Here the three noise
+fields every cell reads are computed for the whole 64 x 64 area in one compiled loop over
+opensimplex's own `_noise3`, and the per-cell rules are compiled too, computing the other
+fields only on the cells that read them, fed from a buffer of the world's own random numbers
+so that they draw exactly the values crafter would, in the same order. Worlds, creatures and
+the random state afterwards are stock crafter's, bit for bit (tested on many seeds); the
+figures are in `docs/benchmarks.md`. opensimplex's permutation arrays are built here too
+(`permutation`, tested against opensimplex's own `_init`), which `OpenSimplex(seed)` builds
+slowly.
 
 We do not use `OpenSimplex.noise3array`: it is a numba `parallel=True` kernel, and numba's
 default threading layer aborts when two threads (a threaded Celery worker) launch one at
@@ -36,10 +36,11 @@ _GRAD_INDEX3 = np.array([int((p % (len(GRADIENTS3) / 3)) * 3) for p in range(256
 def permutation(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """`opensimplex.internals._init(seed)`: the (perm, perm_grad_index3) int64 arrays.
 
-    `OpenSimplex(seed)` takes ~0.65 ms to build them: `_init` wraps each step to 64 bits with
-    a ctypes `c_int64` and writes numpy elements one at a time. The same steps on plain Python
-    ints take ~0.07 ms. The generator's state is kept unsigned (multiplication and addition
-    modulo 2**64 give the same bits either way); `_init` reads it as signed for the modulo.
+    `OpenSimplex(seed)` is slow to build them: `_init` wraps each step to 64 bits with a
+    ctypes `c_int64` and writes numpy elements one at a time. The same steps on plain Python
+    ints are an order of magnitude faster. The generator's state is kept unsigned
+    (multiplication and addition modulo 2**64 give the same bits either way); `_init` reads
+    it as signed for the modulo.
     """
     seed = (seed * _LCG_MUL + _LCG_ADD) & _MASK64
     seed = (seed * _LCG_MUL + _LCG_ADD) & _MASK64
@@ -101,8 +102,8 @@ GRASS, PATH, COAL, IRON, DIAMOND, LAVA, STONE, SAND, WATER, TREE = range(len(_MA
 COW, ZOMBIE, SKELETON = range(3)
 # At most 3 random draws per cell for materials and 3 for creatures.
 _DRAWS_PER_CELL = 6
-# Worlds take 6,000 draws (median; at most 7,260 over 400 seeds): drawing this many first, and
-# all the rest only when they run out, saves ~0.09 ms of the 24,576 a world could take.
+# Worlds take about 6,000 draws (at most 7,260 over 400 seeds) of the 24,576 a world could
+# take: drawing this many first, and all the rest only when they run out, is cheaper.
 _FIRST_DRAWS = 8192
 
 
@@ -123,13 +124,25 @@ def _draw(draws, k):  # pragma: no cover - compiled
 def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cover - compiled
     """crafter's per-cell rules; `draws` stands for the world's next uniform() values.
 
+    Returns the material codes, the creatures to place (kind, x, y) in crafter's order, and
+    how many draws crafter would have taken; -1 instead if `draws` ran out.
+    """
+    codes, tunnels, k = _lay_out_materials(start, water, mountain, draws, perm, grad)
+    spawns, n, k = _place_creatures(codes, tunnels, dist, draws, k)
+    if k > draws.size:
+        return codes, spawns[:0], -1  # what was laid out past the buffer is not the world
+    return codes, spawns[:n], k
+
+
+@njit(cache=True, nogil=True)
+def _lay_out_materials(start, water, mountain, draws, perm, grad):  # pragma: no cover - compiled
+    """Every cell's material, in crafter's order of cells and draws; also which path cells are
+    tunnels (skeletons spawn there) and how many draws were taken.
+
     The noise fields the rules read only on some cells (caves, tunnels, ores and lava in the
     mountains, sand by the water, trees on the grass) are computed on those cells only, as
     crafter does: about half the noise of computing every field everywhere. Noise draws no
     random numbers, so where it is computed changes nothing.
-
-    Returns the material codes, the creatures to place (kind, x, y) in crafter's order, and
-    how many draws crafter would have taken; -1 instead if `draws` ran out.
     """
     width, height = start.shape
     codes = np.empty((width, height), np.int8)
@@ -176,6 +189,14 @@ def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cov
                 if _draw(draws, k) > 0.8:
                     code = TREE
             codes[x, y] = code
+    return codes, tunnels, k
+
+
+@njit(cache=True, nogil=True)
+def _place_creatures(codes, tunnels, dist, draws, k):  # pragma: no cover - compiled
+    """The creatures crafter places after the materials, drawing on from draw `k`: (kind, x, y)
+    rows, how many, and the draws taken by then."""
+    width, height = codes.shape
     spawns = np.empty((width * height, 3), np.int64)
     n = 0
     for x in range(width):
@@ -201,9 +222,7 @@ def _lay_out(start, water, mountain, dist, draws, perm, grad):  # pragma: no cov
             if kind >= 0:
                 spawns[n, 0], spawns[n, 1], spawns[n, 2] = kind, x, y
                 n += 1
-    if k > draws.size:
-        return codes, spawns[:0], -1  # what was laid out past the buffer is not the world
-    return codes, spawns[:n], k
+    return spawns, n, k
 
 
 def generate_world(world, player) -> None:
@@ -254,8 +273,8 @@ _CHUNK_KEYS: dict[tuple, tuple] = {}
 
 
 def _add(world, obj, x: int, y: int) -> None:
-    """`world.add(obj)` for a creature just made at (x, y), in ~1 us instead of ~5 us (numpy
-    scalars and `chunk_key` on a 2-vector): ~0.2 ms of a world's 50 creatures. The same
+    """`world.add(obj)` for a creature just made at (x, y), without crafter's overhead (numpy
+    scalars and `chunk_key` on a 2-vector), for each of a world's creatures. The same
     index, maps and chunk (the chunk key itself is crafter's). crafter's `add` also replaces
     `obj.pos` by a copy of itself: the creature's own new array serves as well."""
     assert world._obj_map[x, y] == 0

@@ -8,13 +8,13 @@ from django import forms
 
 from rollouts.forms_settings import settings_form_field, settings_value
 from rollouts.game.crafter_env import ACTIONS
+from rollouts.policies import kinds
 from rollouts.policies.endpoints import endpoint_settings
 from rollouts.review.services import RELABEL_MAX_ACTIONS, RELABEL_REASON_MAX_LENGTH
 from rollouts.rollout_settings import (
     DEFAULT_SCRIPT,
     HUMAN_POLICY,
     MAX_SEED,
-    POLICIES,
     RolloutSettings,
     SettingsError,
 )
@@ -34,12 +34,15 @@ class PlayNewForm(forms.Form):
     )
 
 
+def fork_policy_choices() -> list[tuple[str, str]]:
+    """A person plays the fork, or one of the kinds people pick."""
+    human = kinds.policy_kind(HUMAN_POLICY)
+    return [(human.name, human.choice_label), *((n, n) for n in kinds.offered_names())]
+
+
 class ForkForm(forms.Form):
     turn = forms.IntegerField(min_value=0)
-    policy = forms.ChoiceField(
-        choices=[(HUMAN_POLICY, "human (play it yourself)")] + [(p, p) for p in POLICIES],
-        initial=HUMAN_POLICY,
-    )
+    policy = forms.ChoiceField(choices=fork_policy_choices, initial=HUMAN_POLICY)
     model = settings_form_field("model", help_text="openai policy")
     # One of the endpoints an admin named, never a URL (as on the batch form): the server's
     # keys go only to their own endpoint.
@@ -69,7 +72,7 @@ class ForkForm(forms.Form):
             "model": (data.get("model") or "").strip(),
             "actions": settings_value("actions", data.get("actions") or "") or DEFAULT_SCRIPT,
         }
-        if data["policy"] == "openai":
+        if kinds.policy_kind(data["policy"]).needs_endpoint:
             name = data.get("endpoint")
             endpoint = endpoints_enabled(kind=Endpoint.Kind.CHAT).filter(name=name).first()
             if not name or endpoint is None:

@@ -1,4 +1,4 @@
-"""The `scripted` and `random` baselines (SPEC section 3): one action per turn."""
+"""The `scripted` and `random` baselines: one action per turn (docs/recording.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from rollouts.game.crafter_env import ACTIONS
-from rollouts.policies.base import Decision, Observation
+from rollouts.policies.base import Decision, Observation, policy_seed
+from rollouts.policies.kinds import PolicyKind, register
 
 
 class ScriptedPolicy:
@@ -35,3 +36,23 @@ class RandomPolicy:
 
     def close(self) -> None:
         pass
+
+
+def _scripted(settings, *, seed: int, sample: int = 0, cli_api_key: str = "") -> ScriptedPolicy:
+    return ScriptedPolicy(settings.actions)
+
+
+def _random(settings, *, seed: int, sample: int = 0, cli_api_key: str = "") -> RandomPolicy:
+    return RandomPolicy(seed=policy_seed(seed=seed, sample=sample))
+
+
+SCRIPTED = register(
+    PolicyKind(
+        name="scripted",
+        factory=_scripted,
+        help="scripted cycles --actions",
+        page_help="scripted cycles a list of actions",
+        options=("actions",),
+    )
+)
+RANDOM = register(PolicyKind(name="random", factory=_random, help="random picks uniformly"))

@@ -16,10 +16,9 @@ removed, moved to another URL or given another key.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.rollout_settings import RolloutSettings
 from studio.endpoints import endpoint_api_key, endpoint_enabled_first, endpoint_read_since
 from studio.models import Endpoint
 
@@ -35,7 +34,17 @@ class ModelConnection:
     api_key_env: str = ""
 
 
-def model_connection(settings: RolloutSettings, *, cli_api_key: str = "") -> ModelConnection:
+class NamesEndpoint(Protocol):
+    """What the calls name: a batch's settings, or a chat client's options."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+
+def model_connection(settings: NamesEndpoint, *, cli_api_key: str = "") -> ModelConnection:
     if not settings.endpoint:
         # A batch that names no endpoint (made before endpoints had names, or by code that
         # passes a URL) still gets the key of the endpoint an admin named for that URL.

@@ -338,10 +338,10 @@ def _own_client(client):
     """`client`, on a connection of this thread's own, taken from its pool once and kept.
 
     Every model call takes and releases a slot: two commands. Through the shared pool each
-    one also took the pool's lock, checked the connection it was lent and gave it back: with
-    16 threads calling at once that came to ~570 us of CPU a take-and-release, against ~300
-    us on connections of the threads' own (16 threads, one process, alternated). A worker's
-    threads live as long as it does; a thread's client goes back to the pool when it ends.
+    one would also take the pool's lock, check the connection it was lent and give it back,
+    which with many threads calling at once costs more CPU than the commands themselves. A
+    worker's threads live as long as it does; a thread's client goes back to the pool when
+    it ends.
     """
     pid = os.getpid()
     if getattr(_threads, "pid", None) != pid:
@@ -410,10 +410,10 @@ _clients: dict[str, object] = {}
 _clients_lock = threading.Lock()
 
 # A connection idle this long is checked (PING) before its next command; a command whose
-# connection turns out broken is sent again on a new one, twice at most, 0.5 s apart. Each
-# worker thread keeps its connection between model calls (`_own_client`): after a Redis
-# restart every one of them was dead, and the next slot taken or released on it failed its
-# episode (16 threads, 16 episodes). Retrying is safe: taking a slot writes the same token
+# connection turns out broken is sent again on a new one, twice at most, a moment apart.
+# Each worker thread keeps its connection between model calls (`_own_client`): after a
+# Redis restart every one of them is dead, and without this the next slot taken or released
+# on it would fail its episode. Retrying is safe: taking a slot writes the same token
 # again, releasing one removes it again (and wakes a waiter more).
 HEALTH_CHECK_SECONDS = 10
 

@@ -24,7 +24,7 @@ from rollouts.game.crafter_env import library_versions
 from rollouts.game.tools import PROMPT_VERSION, system_prompt
 from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
-from rollouts.policies import build_policy
+from rollouts.policies import build_policy, policy_kind
 from rollouts.policies.base import PolicyUnavailable
 from rollouts.recording import claim_keeper, sent_calls
 from rollouts.recording.fork_replay import fork_prefix_of
@@ -66,7 +66,7 @@ def batch_create(
 ) -> RolloutBatch:
     """One batch, one pending episode per seed; enqueued on Celery once committed."""
     versions = library_versions()
-    sends_prompt = settings.policy == "openai"
+    sends_prompt = policy_kind(settings.policy).calls_model
     with transaction.atomic():
         batch = RolloutBatch.objects.create(
             name=settings.name,
@@ -154,7 +154,7 @@ def batch_play_inline(
     )
     if workers is None:
         settings = batch_settings(batch)
-        workers = settings.concurrency if settings.policy == "openai" else 1
+        workers = settings.concurrency if policy_kind(settings.policy).calls_model else 1
     if transaction.get_connection().in_atomic_block:
         # Other threads' connections cannot see what this transaction has not committed yet
         # (a caller's atomic block, a test): they would find no episode to play.

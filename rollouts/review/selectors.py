@@ -92,11 +92,11 @@ def turn_list_page(
         if sort in ("reward", "-reward") and not few:
             groups = ValueGroups(next_value=functools.partial(_turn_value, "reward"))
     if sort in ("turn", "-turn") and partial:
-        # The partial index's matches, read whole from it and sorted (at 10M, 10,000-47,000
-        # keys off the index alone, ~15 ms): "index + 0" keeps the planner off walking
+        # The partial index's matches, read whole from it and sorted (tens of thousands of
+        # keys off the index alone, at 10M turns): "index + 0" keeps the planner off walking
         # turn_sort_index_idx, which it picks for a match it takes to be spread evenly. A
         # turn's reward and achievements come at one turn index (collect_wood's at 17): the
-        # walk read every other index's turns first (reward > 0, descending: 2 s).
+        # walk would read every other index's turns first.
         annotations = {"index_sorted": ExpressionWrapper(F("index") + 0, IntegerField())}
         turns = turns.annotate(**annotations)
         order = tuple(name.replace("index", "index_sorted") for name in order)
@@ -120,7 +120,7 @@ def turn_list_page(
 def _turns_at(keys: list[tuple[int, int]]) -> QuerySet[Turn]:
     """The turns of these (episode, index) pairs: one condition per episode or per turn
     index, whichever makes fewer (a page holds a few episodes, or a few turn indexes when
-    sorted by them); 51 pairs or-ed cost PostgreSQL ~6 ms to plan."""
+    sorted by them): 51 pairs or-ed, one by one, are slow for PostgreSQL to plan."""
     by_episode: dict[int, list[int]] = {}
     by_index: dict[int, list[int]] = {}
     for episode_id, index in keys:

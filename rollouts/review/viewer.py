@@ -117,8 +117,8 @@ def _flagged_positions(episode_id: int, turns: list[int]) -> list[int]:
 def _no_collection() -> Iterator[None]:
     """Python's cycle collector off for a while. A 10,000-turn index makes tens of thousands
     of short-lived rows and lists, each freed as soon as its columns are built; counted as
-    allocations, they set off collections of the whole process's heap (60-70 ms, one page in
-    five at 10,000 turns: 113-121 ms p95 against 44-56 ms p50). None of them is a cycle."""
+    allocations, they set off collections of the whole process's heap, on one page in several.
+    None of them is a cycle."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -206,7 +206,7 @@ class ChatServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             # Headers and body go out in separate writes: without this, Nagle's algorithm and
-            # the client's delayed ACK add ~40 ms to every answer.
+            # the client's delayed ACK add a wait to every answer.
             disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:

@@ -1,5 +1,5 @@
 """A canceled episode's turns are kept and reviewable, marked as such in the turn list and the
-episode viewer (issue 31, item 2)."""
+episode viewer."""
 
 from __future__ import annotations
 

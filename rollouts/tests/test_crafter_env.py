@@ -56,8 +56,9 @@ def _play_in_subprocess(seed: int, size: int, length: int) -> dict:
 
 
 def test_it_plays_the_same_game_in_two_processes_and_at_two_image_sizes():
-    # Seed 3 with a seeded random policy is the case stock crafter gets wrong (SPEC section 3);
-    # 400 steps reach the night, where crafter's noise used to consume the world's random state.
+    # Seed 3 with a seeded random policy is a case stock crafter plays differently in two
+    # processes (`docs/recording.md`); 400 steps reach the night, where stock crafter's noise
+    # draws from the world's random state.
     first = _play_in_subprocess(3, 64, 400)
     second = _play_in_subprocess(3, 64, 400)
     large = _play_in_subprocess(3, 128, 400)
@@ -260,11 +261,11 @@ def test_it_generates_stock_worlds_when_the_first_draws_run_out(monkeypatch):
 
 
 def test_its_world_seeds_the_random_state_numpy_seeds():
-    from rollouts.game.crafter_env import _random_state
+    from rollouts.game.crafter_views import random_state
 
     rng = np.random.default_rng(0)
     for seed in [0, 1, 2**31 - 2, 2**32 - 1, *rng.integers(0, 2**31 - 1, 100).tolist()]:
-        expected, got = np.random.RandomState(seed), _random_state(seed)
+        expected, got = np.random.RandomState(seed), random_state(seed)
         want, have = expected.get_state(), got.get_state()
         assert want[0] == have[0] and np.array_equal(want[1], have[1]), seed
         assert want[2:] == have[2:], seed

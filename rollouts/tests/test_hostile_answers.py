@@ -1,8 +1,7 @@
-"""A hostile or broken model answer is a bad turn, never a lost episode (issue 8, section 2).
+"""A hostile or broken model answer is a bad turn, never a lost episode.
 
 Each answer comes from a real local server through the real client library and is recorded
-by the real recorder into PostgreSQL. Before this, each of these failed the whole episode
-with no turn kept while the batch still said "finished".
+by the real recorder into PostgreSQL: the turn is kept and the episode plays on.
 """
 
 from __future__ import annotations

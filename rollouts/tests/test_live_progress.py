@@ -1,4 +1,4 @@
-"""Live progress (issue 31, item 3): a model episode's turns, calls and tokens are written as
+"""Live progress: a model episode's turns, calls and tokens are written as
 they happen, so the batch page, the episode's row and its viewer show them within seconds,
 not every 64 turns."""
 

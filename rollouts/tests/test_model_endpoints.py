@@ -1,7 +1,7 @@
-"""Model endpoints are named by an admin, and keys go only there (issue 8, section 1).
+"""Model endpoints are named by an admin, and keys go only there.
 
-A reviewer once could type any URL in the batch form and the worker sent the server's key to
-it. These tests try that, with a listener of their own that must receive nothing, and run
+A reviewer who could type any URL in the batch form would have the worker send the server's
+key to it. These tests try that, with a listener of their own that must receive nothing, and run
 the batches that are allowed on a real Celery worker against a real local server.
 """
 

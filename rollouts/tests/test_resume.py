@@ -1,4 +1,4 @@
-"""Episodes resume from their last recorded turn (issue 31, items 4 and 5): a model episode
+"""Episodes resume from their last recorded turn: a model episode
 whose worker was killed, or that failed or was canceled and is resumed, replays its recorded
 actions (each frame checked against its stored sha256), is shown the same past, and never
 calls the model again for a turn already recorded; a worker starting under the name of one

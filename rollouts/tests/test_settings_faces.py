@@ -1,9 +1,9 @@
 """A batch's options have two faces, `manage.py rollout` and the batch form: the same defaults,
 choices and bounds, and the same words when a value is out of bounds.
 
-The expected values are written out here, by hand: SPEC's where it gives them (section 3: the
-image size 64, the step limit 256, the scripted policy's actions; section 4: the policies),
-the others as the command had them before both faces were made from one declaration.
+The expected values are written out here, by hand: those the docs give (`docs/recording.md`:
+the image size 64, the step limit 256, the scripted policy's actions, the policies), the
+others as the command has always had them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every call counted and priced where people look (issue 31, item 2): the batch page, the batch
+"""Every call counted and priced where people look: the batch page, the batch
 list and `rollout`'s summary show model calls, tokens and spend for finished, failed and
 canceled episodes alike; the batch form estimates a batch's cost before it starts."""
 

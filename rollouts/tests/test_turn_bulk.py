@@ -170,7 +170,7 @@ def test_the_turn_list_has_a_checkbox_per_row_and_the_bar_for_reviewers(looker, 
     assert '<input type="hidden" name="sort" value="-turn">' in html
     for action in ("flag", "unflag", "note", "dataset"):
         assert f'name="action" value="{action}"' in html
-    assert "studio/turn_list.js" in html
+    assert "rollouts/turn_list.js" in html
     # A viewer changes nothing: no boxes, no bar.
     looked = looker.get(reverse("rollouts:turn_list")).content.decode()
     assert 'name="turn"' not in looked and "turn-bulk" not in looked

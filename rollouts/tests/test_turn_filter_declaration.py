@@ -1,10 +1,11 @@
 """The turn filter is declared once (`TurnSelection` and its `Filter`s): the dataset form, the
 export commands' flags, the turn list's form and the bulk-flag confirmation are made from it.
 
-The names each face must keep are written out here by hand: SPEC section 4's flags, the turn
-list's address query (bookmarks and the browser tests use it), the dataset form's fields
-(saved as `Dataset.filters`). A filter declared for a face and missing from it, or a face
-offering a filter the declaration does not give it, fails here.
+The names each face must keep are written out here by hand: the export commands' flags
+(`docs/formats.md`), the turn list's address query (bookmarks and the browser tests use
+it), the dataset form's fields (saved as `Dataset.filters`). A filter declared for a face
+and missing from it, or a face offering a filter the declaration does not give it, fails
+here.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from rollouts.review.turn_selection import (
 
 pytestmark = pytest.mark.django_db
 
-# SPEC section 4's filter flags of export_jsonl (and so export_hf), and those added since.
+# The filter flags of export_jsonl (and so export_hf), as `docs/formats.md` lists them.
 COMMAND_FLAGS = {
     "batch": "batches",
     "model": "models",

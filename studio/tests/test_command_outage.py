@@ -1,5 +1,5 @@
 """A command run while the database cannot be reached says so in one line (exit status 1),
-instead of the driver's 40-line traceback (issue 31)."""
+instead of the driver's traceback."""
 
 from __future__ import annotations
 

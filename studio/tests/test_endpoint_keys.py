@@ -1,8 +1,8 @@
-"""Which variables an endpoint may name as its key, and who may name one (issue 29).
+"""Which variables an endpoint may name as its key, and who may name one.
 
-A staff user given the endpoint permissions set an endpoint's key variable to `SECRET_KEY`,
-then `DATABASE_URL`, pointed it at a listener of their own and received both. These tests
-try that again through the real admin, and send a real model call from a row written past
+A staff user given the endpoint permissions could set an endpoint's key variable to
+`SECRET_KEY`, then `DATABASE_URL`, point it at a listener of their own and receive both.
+These tests try that through the real admin, and send a real model call from a row written past
 the rule to a real local server that records every header it gets.
 """
 

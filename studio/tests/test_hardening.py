@@ -1,4 +1,4 @@
-"""Smaller defects found by trying the studio as an attacker would (issue 8, section 5)."""
+"""Cases found by trying the studio as an attacker would: each refused or made harmless."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from studio.secret_key import secret_key_from_file
 @pytest.mark.django_db
 def test_it_answers_400_to_a_nul_byte_in_the_address(client, admin_user):
     client.force_login(admin_user)
-    # Each of these was a 500: PostgreSQL refuses NUL in a query parameter.
+    # PostgreSQL refuses NUL in a query parameter: each of these must not reach a query.
     for url in (
         "/admin/rollouts/rolloutbatch/?status__exact=%00",
         "/admin/rollouts/rolloutbatch/?q=a%00b",

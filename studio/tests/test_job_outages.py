@@ -1,4 +1,4 @@
-"""Job kinds and outages (issue 31): a claim kept alive through a silent phase, a job never
+"""Job kinds and outages: a claim kept alive through a silent phase, a job never
 failed for a lost database connection, and the broker's lost messages sent again at once."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The login limit counts a username as the login form reads it (issue 29, item 1).
+"""The login limit counts a username as the login form reads it.
 
 The form strips and NFKC-normalises the username before it authenticates, so `" victim"`
-and `victim` in full-width letters are `victim` to it; the limit used to key on the raw
-text, so each spelling had fresh attempts and `" victim"` with the right password got in while
-`victim` was locked.
+and `victim` in full-width letters are `victim` to it. A limit keyed on the raw text would
+give each spelling fresh attempts, and `" victim"` with the right password would get in
+while `victim` was locked.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ django.setup()
 from celery import signals
 from studio.celery import app
 app.loader.import_default_modules()
-from rollouts.game import crafter_env
+from rollouts.game import crafter_env, crafter_views
 if sys.argv[1:] == ["--break-the-game"]:
     def broken():
         raise RuntimeError("no textures")
@@ -25,14 +25,14 @@ print(json.dumps({
     "tracked_before": tracked,
     "frozen": gc.get_freeze_count(),
     "tracked_after": len(gc.get_objects()),
-    "textures_loaded": crafter_env._shared_textures.cache_info().currsize,
+    "textures_loaded": crafter_views.shared_textures.cache_info().currsize,
 }))
 """
 
 
 def test_a_ready_worker_has_built_the_game_and_left_it_out_of_garbage_collections():
     """Everything built to start lives as long as the worker: frozen, no full collection
-    walks it again (one took 110-118 ms of CPU with the GIL held)."""
+    walks it again (each would hold the GIL for as long as it walks)."""
     seen = _ready()
     assert seen["textures_loaded"] == 1
     # All that was tracked before, and the game built since, is frozen; next to nothing is

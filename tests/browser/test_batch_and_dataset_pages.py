@@ -87,7 +87,7 @@ def test_it_cancels_resumes_and_runs_a_batch_again(studio_page: Page, live_serve
     services.episode_claim(episode_id=batch.episodes.get(seed=1).id)  # a worker is on it
     path = f"/rollouts/{batch.id}/"
     _log_in(page, live_server.url, path)
-    # Running, nothing failed: nothing to resume yet (issue 32).
+    # Running, nothing failed: nothing to resume yet.
     expect(page.locator('[data-action="resume"]')).to_have_count(0)
 
     page.once("dialog", lambda dialog: dialog.accept())
@@ -95,7 +95,7 @@ def test_it_cancels_resumes_and_runs_a_batch_again(studio_page: Page, live_serve
     expect(page.locator(".messages")).to_contain_text("Canceled: 2 episodes stopped.")
     expect(page.locator("h1 .badge")).to_have_text("canceled")
     expect(page.locator('[data-action="cancel"]')).to_have_count(0)
-    # Canceled, not failed: counted apart (issue 31).
+    # Canceled, not failed: counted apart.
     expect(page.locator("[data-failed]")).to_have_text("0 failed")
     expect(page.locator("[data-canceled]")).to_have_text("2 canceled")
     expect(page.locator('[data-action="resume"]')).to_have_text("Resume (2)")

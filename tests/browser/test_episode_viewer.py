@@ -205,7 +205,7 @@ def test_it_loads_each_turns_text_as_the_cursor_moves_and_after_a_far_jump(
     expect(model_text).to_have_text("Said at 0.")
 
 
-# What a new user walked through at a phone's width and a desktop's (issue 32).
+# What a new user walks through at a phone's width and a desktop's.
 WIDTHS = [390, 1400]
 
 

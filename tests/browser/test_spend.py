@@ -1,4 +1,4 @@
-"""Spend in the browser (issue 31, item 2): the batch list and a batch's page show it on a
+"""Spend in the browser: the batch list and a batch's page show it on a
 360 px phone and a 2,560 px screen, and the batch form's estimate follows what is typed."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`make demo`'s Ctrl-C in the middle of a model batch says what it interrupted, and that the
-next start resumes it (issue 31)."""
+next start resumes it."""
 
 from __future__ import annotations
 

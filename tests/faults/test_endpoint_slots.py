@@ -7,7 +7,7 @@ A studio of the test's own (`tests.faults.stack`, set up as in `test_outages`): 
 * The worker is killed (SIGKILL) while every slot is held by a request, and started again
   under the same name: it takes the episodes over at once, and their first request reaches
   the endpoint once the dead worker's slot leases run out (10 s), not after its requests'
-  timeout (~90 s before).
+  timeout.
 * Redis is stopped for 25 s (long enough for several lease lengths and claim renewals, short
   enough for the test to stay well under two minutes): the running episodes wait for it
   without handing their claims back, and go on from the turn they were at; no turn is asked

@@ -1,6 +1,6 @@
 """A dataset export whose worker was killed leaves nothing behind once the next attempt ran:
 no temporary file beside its JSONL, no temporary folder, no archive stored under a second
-name (issue 31)."""
+name."""
 
 from __future__ import annotations
 

@@ -138,15 +138,12 @@ def test_a_probe_question_waits_for_the_limiters_redis_and_is_asked_once(
     own_redis: RedisServer, chat_server, settings
 ):
     from probes.asking import ProbeAsker
-    from rollouts.rollout_settings import RolloutSettings
+    from rollouts.policies.openai import ChatOptions
     from rollouts.tests.openai_server import text
 
     settings.REDIS_URL = own_redis.url
     chat_server.default = text("cow")
-    asker = ProbeAsker(
-        RolloutSettings(policy="openai", model="probe-model", base_url=chat_server.url),
-        seed=0,
-    )
+    asker = ProbeAsker(ChatOptions(model="probe-model", base_url=chat_server.url), seed=0)
     own_redis.stop()
     asked = []
     question = [{"role": "user", "content": "A: grass or B: cow?"}]
@@ -165,14 +162,11 @@ def test_a_chunk_canceled_while_the_limiters_redis_is_away_sends_nothing(
     own_redis: RedisServer, chat_server, settings
 ):
     from probes.asking import ProbeAsker
-    from rollouts.rollout_settings import RolloutSettings
+    from rollouts.policies.openai import ChatOptions
     from studio.jobs import ClaimLost
 
     settings.REDIS_URL = own_redis.url
-    asker = ProbeAsker(
-        RolloutSettings(policy="openai", model="probe-model", base_url=chat_server.url),
-        seed=0,
-    )
+    asker = ProbeAsker(ChatOptions(model="probe-model", base_url=chat_server.url), seed=0)
 
     def canceled() -> None:  # what the chunk's claim check says of a canceled run
         raise ClaimLost("canceled")

@@ -1,4 +1,4 @@
-"""Faults in the database or the broker are not the episodes' fault (issue 31).
+"""Faults in the database or the broker are not the episodes' fault (`docs/running-at-scale.md`).
 
 A studio of the test's own (`tests.faults.stack`: a PostgreSQL cluster, a Redis without
 persistence, two thread-pool Celery workers and the scheduler, all real processes, at the

@@ -31,7 +31,7 @@ endpoint = outages.endpoint
 
 RESTARTS = 10
 WORKERS = ("restarts1", "restarts2")
-# Long enough (about 80 s undisturbed) for every restart to fall while episodes run.
+# Long enough for every restart to fall while episodes run.
 STEPS = 120
 
 

@@ -1,4 +1,4 @@
-"""`python manage.py probe_run`: ask a model every question of a probe set (SPEC section 4)."""
+"""`python manage.py probe_run`: ask a model every question of a probe set (`docs/probes.md`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python manage.py probe_set`: perception questions on recorded frames (SPEC section 4)."""
+"""`python manage.py probe_set`: perception questions on recorded frames (`docs/probes.md`)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def distribution_lines(probe_set) -> list[str]:
 
 
 def probe_set_summary(probe_set) -> dict[str, Any]:
-    """SPEC section 4's last line of `probe_set`."""
+    """The JSON line `probe_set` prints last (`docs/probes.md`)."""
     return {
         "set_id": probe_set.id,
         "questions": probe_set.questions_count,

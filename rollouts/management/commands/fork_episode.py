@@ -1,4 +1,4 @@
-"""`python manage.py fork_episode`: replay an episode to turn K, then play on (SPEC section 4)."""
+"""`python manage.py fork_episode`: replay an episode to turn K, then play on (`docs/review.md`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from django.core.management.base import CommandError
 from rollouts.management.commands.rollout import Command as RolloutCommand
 from rollouts.models import Episode
 from rollouts.play import forks as services_fork
+from rollouts.policies.kinds import offered_names
 from rollouts.recording import services
-from rollouts.rollout_settings import HUMAN_POLICY, POLICIES, SettingsError, cli_default
+from rollouts.rollout_settings import HUMAN_POLICY, SettingsError, cli_default
 from studio.commands import progress_bar, usage_error
 
 # `rollout` options a fork does not take (its original decides them), with their defaults.
@@ -44,7 +45,7 @@ class Command(RolloutCommand):
         super().add_arguments(parser)
         for action in parser._actions:
             if action.dest == "policy":
-                action.choices = (*POLICIES, HUMAN_POLICY)
+                action.choices = (*offered_names(), HUMAN_POLICY)
             elif action.dest in _NOT_FOR_FORKS:
                 action.help = argparse.SUPPRESS
         # The fork's step limit defaults to the original's.
@@ -57,7 +58,8 @@ class Command(RolloutCommand):
                 f"--{given[0].replace('_', '-')}: a fork plays its original's seed and image size"
             )
         if not options["policy"]:
-            raise usage_error(f"--policy is required ({', '.join((*POLICIES, HUMAN_POLICY))})")
+            policies = ", ".join((*offered_names(), HUMAN_POLICY))
+            raise usage_error(f"--policy is required ({policies})")
         source = Episode.objects.select_related("batch").filter(id=options["episode"]).first()
         if source is None:
             raise usage_error(f"episode: there is no episode {options['episode']}")

@@ -1,4 +1,4 @@
-"""`python manage.py rollout`: record seeded episodes with a policy (SPEC section 4)."""
+"""`python manage.py rollout`: record seeded episodes with a policy (`docs/recording.md`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.db import InterfaceError, OperationalError, connection
 from rollouts import selectors
 from rollouts.game.scoring import SCORE_UNIT
 from rollouts.models import RolloutBatch
+from rollouts.policies import kinds
 from rollouts.policies.endpoints import chat_endpoint_with_url, endpoint_settings
 from rollouts.recording import services
 from rollouts.rollout_settings import (
@@ -108,7 +109,7 @@ class Command(StudioCommand):
                 )
         else:
             if not options["policy"]:
-                raise usage_error("--policy is required (scripted, random or openai)")
+                raise usage_error(f"--policy is required ({kinds.offered_list()})")
             settings = self._settings(options)
             if options["inline"]:
                 batch = services.batch_run_inline(
@@ -141,7 +142,7 @@ class Command(StudioCommand):
     def _endpoint_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Endpoint name, URL and limits: from --endpoint, a known --base-url, or 'default' when
         it is the only chat endpoint."""
-        if options["policy"] != "openai" or not options["model"]:
+        if not kinds.policy_kind(options["policy"]).needs_endpoint or not options["model"]:
             return {}  # nothing to pick; RolloutSettings names what is missing
         name, base_url = options["endpoint"], options["base_url"]
         if name and base_url:
@@ -175,7 +176,7 @@ class Command(StudioCommand):
                 endpoints_enabled(kind=Endpoint.Kind.CHAT).values_list("name", flat=True)
             )
             raise usage_error(
-                "endpoint: the openai policy needs --endpoint NAME"
+                f"endpoint: the {options['policy']} policy needs --endpoint NAME"
                 + (f" (known: {known})" if known else "")
                 + " or --base-url URL"
             )

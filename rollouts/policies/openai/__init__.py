@@ -1,4 +1,4 @@
-"""The `openai` policy: chat completions on any OpenAI-compatible endpoint (SPEC section 3).
+"""The `openai` policy: chat completions on any OpenAI-compatible endpoint.
 
 One turn is one model call. The request holds the system prompt and one user message: the
 last K turns when `history_frames` is K (a text of the actions taken, then their frames,
@@ -40,17 +40,57 @@ Faults, all recorded on the turn (`error_kind`, `error`, `retries`):
   `temperature`, `tool_choice` "required" on some local servers) is adapted once and resent.
 """
 
+from rollouts.policies.kinds import PolicyKind, register
 from rollouts.policies.openai.answers import read_answer
-from rollouts.policies.openai.messages import build_messages
-from rollouts.policies.openai.policy import (
+from rollouts.policies.openai.chat_client import (
     PLACEHOLDER_API_KEY,
-    OpenAIPolicy,
+    ChatClient,
+    ChatOptions,
     retry_after_seconds,
     shared_client,
 )
+from rollouts.policies.openai.messages import build_messages
+from rollouts.policies.openai.policy import OpenAIPolicy
+
+# The batch options of a model behind an endpoint: shown on the page for this kind, and for
+# any other kind that lists them.
+OPTIONS = (
+    "model",
+    "endpoint",
+    "history_frames",
+    "concurrency",
+    "temperature",
+    "max_tokens",
+    "image_detail",
+    "observation_mode",
+    "on_bad_output",
+    "max_retries",
+    "request_timeout",
+    "requests_per_minute",
+)
+
+
+def _images_per_call(settings) -> int:
+    return 0 if settings.observation_mode == "text" else 1 + settings.history_frames
+
+
+OPENAI = register(
+    PolicyKind(
+        name="openai",
+        factory=OpenAIPolicy,
+        help="openai asks a model",
+        calls_model=True,
+        options=OPTIONS,
+        images_per_call=_images_per_call,
+    )
+)
 
 __all__ = [
+    "OPENAI",
+    "OPTIONS",
     "PLACEHOLDER_API_KEY",
+    "ChatClient",
+    "ChatOptions",
     "OpenAIPolicy",
     "build_messages",
     "read_answer",

@@ -1,11 +1,9 @@
 """Plain-HTTP model calls over the standard library's HTTP/1.1 client: the same bytes, less CPU.
 
 A threaded worker overlaps 16 episodes' model calls on one core, so what a call costs the
-worker's CPU decides how many overlap. Through the client library's default transport
-(httpcore and h11: HTTP/1.1 parsed and checked in Python) the transport alone cost ~0.63 ms
-of a ~1.0 ms call (the request built and sent, the answer read, a local server answering at
-once); `http.client` parses the same exchange mostly in C: a whole call 1.42 -> 0.95 ms of
-CPU, measured alternately in one thread.
+worker's CPU decides how many overlap. The client library's default transport (httpcore
+and h11) parses and checks HTTP/1.1 in Python, and was most of a call's CPU; `http.client`
+parses the same exchange mostly in C (figures: docs/benchmarks.md).
 
 It carries plain `http://` only, on one kept-alive connection per thread and server (a
 threaded worker's threads each play one episode at a time), and only where the
@@ -176,7 +174,7 @@ def _connect(
     except OSError as exc:
         raise httpx2.ConnectError(str(exc), request=request) from exc
     # Header and body leave in one segment; an answer's next request must not wait for
-    # an acknowledgement (Nagle's algorithm with delayed ACKs costs 40 ms a call).
+    # an acknowledgement (Nagle's algorithm with delayed ACKs would hold each call back).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollouts.game.crafter_env import ACHIEVEMENTS
-from rollouts.models import RolloutBatch
+from rollouts.policies.kinds import policy_choices
 
 FLAGGED_CHOICES = ("any", "only", "exclude")
 # How the pages (turn list, datasets) name them.
@@ -123,7 +123,7 @@ class TurnSelection:
         dataset=True,
         help="openai (a model), the scripted and random baselines, or imported rows.",
         query="policy",
-        choices=tuple(p.value for p in RolloutBatch.Policy),
+        choices=tuple(name for name, _ in policy_choices()),  # every declared kind
         item="policy",
     )
     seeds: tuple[int, ...] = filter_option(

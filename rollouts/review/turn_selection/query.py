@@ -37,12 +37,12 @@ def turns_selected(
     matched at most once. `for_pages` (the turn list: pages in (episode desc, index) order,
     51 rows at a time) asks for `episode_id = ANY(ARRAY(matching episodes))` instead, on
     PostgreSQL: an index condition on every turn-list index, which all lead with the
-    episode, so a page is read from the first matching episode on and stops at 51 rows.
-    With the semi-join the planner, which cannot know where the matches are, walked the
-    list's index from the newest turn: 1-2 s at 10M turns for a model whose newest batch is
-    1,000 episodes deep. Not for whole-table reads (exports): a sequential scan would test
-    each turn against the whole array; nor for counts: the planner's estimate, shown past
-    STUDIO_EXACT_COUNT_UP_TO, assumes a short array.
+    episode, so a page is read from the first matching episode on and stops at 51 rows. With
+    a semi-join the planner, which cannot know where the matches are, walks the list's index
+    from the newest turn: slow for a model whose newest batch is deep in the table. Not for
+    whole-table reads (exports): a sequential scan would test each turn against the whole
+    array; nor for counts: the planner's estimate, shown past STUDIO_EXACT_COUNT_UP_TO,
+    assumes a short array.
 
     A dataset's include list (`include_turns`) is OR'ed in last: those turns are selected
     whatever the other conditions say.
@@ -51,8 +51,8 @@ def turns_selected(
     conditions on the turn's own episode and batch rows, joined: the planner then walks the
     episodes in that column's order off an episode index (episode_seed_order_idx,
     episode_batch_order_idx), each tested once, and reads each one's turns, stopping at the
-    page's end. With the array on the turn's episode_id instead it sorted every matching turn
-    (a model's 3.3 million turns at 10M: 5.6 s).
+    page's end. With the array on the turn's episode_id instead it would sort every matching
+    turn (millions, for a model at 10M turns).
     """
     qs = Turn.objects.all()
     if episode_joined:
