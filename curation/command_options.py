@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from curation.export_options import FORMATS, KINDS, ExportOptions, check_combination
+from curation.export_options import KINDS, ExportOptions, check_combination
 from curation.models import Dataset
+from curation.row_formats import command_help, format_names
 from rollouts.review.turn_selection import (
     FilterError,
     TurnSelection,
@@ -68,9 +69,8 @@ def add_filter_arguments(parser, *, with_format: bool = True, with_dataset: bool
     if with_format:
         parser.add_argument(
             "--format",
-            choices=FORMATS,
-            help="studio (rows with metadata; default), openai (what OpenAI fine-tuning "
-            "accepts) or synth (synth-ai's SFT loader: flat tools, metadata kept)",
+            choices=format_names(),
+            help=command_help(),
         )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from curation.row_formats import find_format, format_names, row_format
 from rollouts.review.turn_selection import (
     FilterError,
     TurnSelection,
@@ -14,7 +15,6 @@ from rollouts.review.turn_selection import (
     options_to_json,
 )
 
-FORMATS = ("studio", "openai", "synth")
 # sft: one row per turn; preference: one row per pair of same-state answers (curation.preferences)
 KINDS = ("sft", "preference")
 MAX_HISTORY_FRAMES = 9  # the current frame plus 9 is the provider's 10 images per row
@@ -37,8 +37,9 @@ class ExportOptions:
             raise FilterError(
                 f"history-frames: {self.history_frames} is not between 0 and {MAX_HISTORY_FRAMES}"
             )
-        if self.format not in FORMATS:
-            raise FilterError(f"format: {self.format!r} is not one of {', '.join(FORMATS)}")
+        if find_format(self.format) is None:
+            names = ", ".join(format_names())
+            raise FilterError(f"format: {self.format!r} is not one of {names}")
         if self.kind not in KINDS:
             raise FilterError(f"kind: {self.kind!r} is not one of {', '.join(KINDS)}")
         if not 0.0 <= self.val_fraction < 1.0:
@@ -53,15 +54,16 @@ class ExportOptions:
 
 
 def check_combination(filters: TurnSelection, options: ExportOptions) -> None:
-    """Options that are valid alone but not together."""
-    if options.kind == "preference" and options.format == "synth":
-        # synth-ai's loader reads SFT rows; preference rows go out as studio or OpenAI's DPO.
+    """Options that are valid alone but not together, as the row format declares them."""
+    declared = row_format(options.format)
+    if options.kind == "preference" and declared.preference_rows is None:
+        writers = " or ".join(format_names(preference=True))
         raise FilterError(
-            "kind: preference rows are written in the studio or openai format, not synth"
+            f"kind: preference rows are written in the {writers} format, not {declared.name}"
         )
-    if filters.include_text_fallback and options.format == "openai":
-        # The openai format has no metadata: the inferred tool call could not be marked.
+    if filters.include_text_fallback and not declared.with_metadata:
+        # Without metadata the inferred tool call could not be marked as inferred.
         raise FilterError(
-            "include-text-fallback: the openai format has no metadata to mark text-fallback "
-            "turns; use the studio format or leave them out"
+            f"include-text-fallback: the {declared.name} format has no metadata to mark "
+            "text-fallback turns; use the studio format or leave them out"
         )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.utils.functional import lazy
 
-from curation.export_options import FORMATS, MAX_HISTORY_FRAMES, ExportOptions, check_combination
+from curation.export_options import MAX_HISTORY_FRAMES, ExportOptions, check_combination
 from curation.models import Dataset
+from curation.row_formats import form_help, format_choices
 from curation.selectors import dataset_save_problems
 from rollouts.models import RolloutBatch
 from rollouts.review.turn_selection import (
@@ -20,7 +22,6 @@ from rollouts.review.turn_selection import (
 )
 
 _LABEL_FIELDS = ("name", "description")
-FORMAT_LABELS = {"studio": "Studio", "openai": "OpenAI", "synth": "Synth"}
 
 
 class SearchableCheckboxes(forms.CheckboxSelectMultiple):
@@ -111,11 +112,9 @@ class DatasetForm(forms.Form):
         "are exported as they were sent.",
     )
     format = forms.ChoiceField(
-        choices=[(f, FORMAT_LABELS.get(f, f)) for f in FORMATS],
+        choices=format_choices,
         initial="studio",
-        help_text="Studio: rows with metadata. OpenAI: what OpenAI fine-tuning accepts (no "
-        "metadata, at least 10 rows, at most 10 images a row). Synth: what synth-ai's SFT "
-        "loader accepts (flat tools, metadata kept).",
+        help_text=lazy(form_help, str)(),
     )
     val_fraction = forms.FloatField(
         min_value=0.0,

@@ -1,10 +1,10 @@
-"""The export row of SPEC section 5: the one module that knows its shape. Pure, no Django.
+"""The export row (docs/formats.md): the one module that knows its shape. Pure, no Django.
 
 A row is built as a string from pieces, not by `json.dumps` of a dict: the system prompt and
 the tool schema are serialised once, each frame's image part once (cached while it is
 reused by neighbouring rows and history), and only the small per-turn parts are encoded per
 row. The result is byte-for-byte what `json.dumps(row, ensure_ascii=False)` gives for the
-same dict (default separators, SPEC key order), which the tests check: deterministic, and
+same dict (default separators, the documented key order), which the tests check: deterministic, and
 readable by anything that reads JSON.
 
 History frames (`history_frames=K`): a row rebuilt from a baseline turn (no recorded request)
@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any
 
+from curation.row_formats import format_names
+from curation.row_formats import row_format as row_format_of
 from rollouts.game.tools import INTERACT_MANY_TOOL, SYSTEM_PROMPT, tool_call
 
-ROW_FORMATS = ("studio", "openai", "synth")
 PNG_DATA_URL_PREFIX = "data:image/png;base64,"
 
 
 def dumps(value: Any) -> str:
-    """The one JSON encoding of rows: default separators, SPEC key order, UTF-8 text."""
+    """The one JSON encoding of rows: default separators, documented key order, UTF-8 text."""
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -174,13 +175,12 @@ class RowBuilder:
         row_format: str = "studio",
         cache_size: int = 64,
     ) -> None:
-        if row_format not in ROW_FORMATS:
-            raise ValueError(f"format {row_format!r} is not one of {ROW_FORMATS}")
+        declared = row_format_of(row_format)
         self.load_png = load_png
         self.history_frames = history_frames
-        self.with_metadata = row_format != "openai"
-        # synth-ai's SFT loader refuses OpenAI's nested tools ("tool 0 missing name").
-        self._tool_shape = tool_flat if row_format == "synth" else (lambda tool: tool)
+        self.with_metadata = declared.with_metadata
+        # Recorded tools are OpenAI's nested shape: only a flat format rewrites them.
+        self._tool_shape = tool_flat if declared.tools == "flat" else (lambda tool: tool)
         self.cache_size = cache_size
         self._images: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._default_tools_json = dumps([self._tool_shape(tool) for tool in DEFAULT_TOOLS])
@@ -415,8 +415,6 @@ def image_part_frame_step(part: Any) -> int | None:
 
 # -- provider formats of a stored row ---------------------------------------------------------
 
-PROVIDER_FORMATS = ("openai", "synth")
-
 
 def tool_flat(tool: Any) -> Any:
     """synth-ai's tool shape, `{"name", "description", "parameters"}`, from OpenAI's nested one."""
@@ -435,15 +433,17 @@ def tool_nested(tool: Any) -> Any:
 def row_for_provider(row: dict[str, Any], *, row_format: str) -> dict[str, Any]:
     """A parsed row (any of this studio's formats) in a provider's format, same turn.
 
-    `openai`: no metadata, nested tools. `synth`: flat tools (synth-ai's SFT loader refuses
-    nested ones with "tool 0 missing name"), metadata kept. Messages are never touched.
+    The format says whether metadata is kept and which tool shape it writes (e.g. `openai`:
+    no metadata, nested tools; `synth`: flat tools, metadata kept). Messages are never touched.
     """
-    if row_format not in PROVIDER_FORMATS:
-        raise ValueError(f"format {row_format!r} is not one of {PROVIDER_FORMATS}")
+    declared = row_format_of(row_format)
+    if not declared.for_upload:
+        uploadable = format_names(upload=True)
+        raise ValueError(f"format {row_format!r} is not one of {uploadable}")
     out = {key: value for key, value in row.items() if key != "metadata"}
-    convert = tool_flat if row_format == "synth" else tool_nested
+    convert = tool_flat if declared.tools == "flat" else tool_nested
     if isinstance(out.get("tools"), list):
         out["tools"] = [convert(tool) for tool in out["tools"]]
-    if row_format == "synth" and "metadata" in row:
+    if declared.with_metadata and "metadata" in row:
         out["metadata"] = row["metadata"]
     return out

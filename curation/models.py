@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from curation.row_formats import find_format
 from studio.models import ClaimedJob
 
 
@@ -97,6 +98,16 @@ class DatasetVersion(ClaimedJob):
         if self.status == self.Status.DONE:
             return 100
         return int(100 * self.progress_rows / self.total_rows) if self.total_rows else 0
+
+    @property
+    def format_shown(self) -> str:
+        """The row format as the versions table names it (its name if no longer declared)."""
+        options = self.export_options if isinstance(self.export_options, dict) else {}
+        name = options.get("format")
+        if name is None:
+            return ""
+        declared = find_format(str(name))
+        return declared.shown if declared else str(name)
 
     @property
     def val(self) -> dict:

@@ -17,7 +17,7 @@ Rows (`kind` "preference"), studio format, TRL's vision DPO shape:
      "rejected": [assistant message], "images": ["data:image/png;base64,...", ...],
      "tools": [...], "metadata": {"seed", "turn", "image_size", "step_limit",
                                   "chosen": outcome, "rejected": outcome, "split"}}
-and OpenAI's preference format (`format` "openai"):
+and OpenAI's preference format (a format whose `preference_rows` is "openai"):
     {"input": {"messages": [...], "tools": [...]}, "preferred_output": [assistant message],
      "non_preferred_output": [assistant message]}
 Splits go by seed: every pair of a seed lands in the same file.
@@ -44,6 +44,7 @@ from curation.jsonl import (
     dumps,
     episode_split,
 )
+from curation.row_formats import row_format
 from rollouts.models import Episode, Turn
 from rollouts.recording.frame_store import FrameStore
 from rollouts.review.turn_selection import TurnSelection, turns_selected
@@ -221,7 +222,7 @@ class PreferenceRows:
         rejected, _ = self._sft_row(pair.rejected.episode_id, pair.turn)
         prompt = chosen["messages"][:-1]
         tools = chosen["tools"]
-        if self.options.format == "openai":
+        if row_format(self.options.format).preference_rows == "openai":
             row: dict[str, Any] = {
                 "input": {"messages": prompt, "tools": tools},
                 "preferred_output": chosen["messages"][-1:],

@@ -1,5 +1,5 @@
 """Where `export_jsonl --probe-set` and `export_hf --probe-set` find the exporter of a probe
-set (vision checkpoints, issue 33).
+set (vision checkpoints, docs/probes.md).
 
 Probe sets live in `probes`, an app after this one: curation cannot import it. `probes`
 registers its exporter here when it is ready (`ProbesConfig.ready`), as apps register their

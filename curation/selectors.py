@@ -15,7 +15,8 @@ from curation.groups import group_table
 from curation.jsonl import episode_split
 from curation.models import Dataset, DatasetImport, DatasetVersion
 from curation.preferences import count_pairs, preference_preview
-from curation.validation import CHARS_PER_TOKEN, MIN_ROWS
+from curation.row_formats import row_format
+from curation.validation import CHARS_PER_TOKEN
 from rollouts.game.tools import SYSTEM_PROMPT
 from rollouts.models import Episode, RolloutBatch, Turn
 from rollouts.review.turn_selection import TurnSelection, grouping_on, turns_selected
@@ -157,12 +158,14 @@ def _split_counts(queryset: QuerySet[Turn], val_fraction: float) -> dict[str, in
 
 def dataset_save_problems(*, filters: TurnSelection, options: ExportOptions) -> list[str]:
     """Why a dataset with these settings could never be exported (checked when saved)."""
-    if options.format != "openai":
+    declared = row_format(options.format)
+    if not declared.min_train_rows:
         return []
     rows = _split_counts(turns_selected(filters), options.val_fraction)["train_turns"]
-    if rows < MIN_ROWS:
+    if rows < declared.min_train_rows:
         return [
-            f"The OpenAI format needs at least {MIN_ROWS} rows in the training file; "
+            f"The {declared.label} format needs at least {declared.min_train_rows} rows in "
+            "the training file; "
             f"this filter selects {rows}."
         ]
     return []

@@ -30,6 +30,7 @@ from curation.hf_export import HFResult, write_hf_dataset, zip_directory
 from curation.jobs import EXPORT
 from curation.models import Dataset, DatasetVersion
 from curation.preferences import export_preference_files
+from curation.row_formats import row_format
 from rollouts.models import REVIEW_PERMISSION, RolloutBatch
 from rollouts.review.services import TurnCollection, turn_collection_register
 from rollouts.review.turn_selection import (
@@ -350,14 +351,14 @@ def _version_hf(
 ) -> dict:
     """The version as a Hugging Face dataset for TRL, zipped and stored beside its JSONL.
 
-    Studio-format rows are converted as written (so it is exactly the version's content);
-    other formats have no metadata, so their rows are exported again in the studio format.
+    Rows of a format that says `hf_as_written` (the studio's) are converted as written (so
+    it is exactly the version's content); others are exported again in the studio format.
     """
     title = f"{version.dataset.name} v{version.number}"
     folder = f"{slugify(version.dataset.name) or 'dataset'}-v{version.number}-hf"
     with tempfile.TemporaryDirectory(prefix=_hf_temp_prefix(version)) as tmp:
         output = Path(tmp, folder)
-        if options.format == "studio":
+        if row_format(options.format).hf_as_written:
             write_hf_dataset(
                 sources=sources,
                 output=output,

@@ -21,13 +21,15 @@ from typing import Any
 
 from PIL import Image
 
+from curation.row_formats.openai import MIN_TRAIN_ROWS as OPENAI_MIN_TRAIN_ROWS
 from studio.errors import plain_error
 
 MAX_IMAGES_PER_ROW = 10
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
 IMAGE_MODES = ("RGB", "RGBA")
-MIN_ROWS = 10
+# OpenAI refuses a smaller training file; declared with the openai row format.
+MIN_ROWS = OPENAI_MIN_TRAIN_ROWS
 MAX_FILE_BYTES = 512 * 1024 * 1024
 # Pixel cap when decoding untrusted images (decompression bombs): 8192 x 8192.
 MAX_IMAGE_PIXELS = 8192 * 8192

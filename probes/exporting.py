@@ -27,6 +27,7 @@ from curation.exporting.provider_checks import ImageInfos, provider_checks
 from curation.hf_export import HFResult, write_hf_dataset
 from curation.jsonl import BuiltRow, FrameRef, RowBuilder, dumps, episode_split
 from curation.probe_exports import ProbeSetExporter
+from curation.row_formats import row_format
 from curation.validation import CHARS_PER_TOKEN
 from probes.models import ProbeQuestion, ProbeSet
 from probes.prompting import answer_letter, question_messages
@@ -105,7 +106,7 @@ def probe_rows_export(
     files = OutputFiles(output=output, val_output=val_output if splitting else None)
     checks = provider_checks(options.format, infos, files=tuple(files.sinks))
     builder = RowBuilder(load_png=infos.read, row_format=options.format)
-    with_metadata = options.format != "openai"
+    with_metadata = row_format(options.format).with_metadata
     episodes = _episodes(probe_set)
     done = 0
     try:

@@ -9,7 +9,7 @@ from django import forms
 
 from curation.models import Dataset
 from probes.models import ProbeRun
-from probes.questions import KINDS
+from probes.questions import kind_names
 from rollouts.models import RolloutBatch
 from rollouts.review.services import NOTE_MAX_LENGTH
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection
@@ -69,7 +69,7 @@ class ProbeSetForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["kinds"].choices = [(k, k) for k in KINDS]
+        self.fields["kinds"].choices = [(k, k) for k in kind_names()]
         self.fields["batch"].choices = [("", "—")] + [
             (b.id, f"#{b.id} {b.name or b.policy} ({b.policy}{', ' + b.model if b.model else ''})")
             for b in RolloutBatch.objects.order_by("-id")[:500]

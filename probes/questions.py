@@ -16,25 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from crafter import constants
 
 from rollouts.game.crafter_env import LOCAL_VIEW_GRID, VITALS
-
-# The kinds, in the order a set asks them of each frame (the contract's names).
-KINDS: tuple[str, ...] = (
-    "facing",
-    "count",
-    "threat_near",
-    "nearest_direction",
-    "vital",
-    "inventory",
-    "night",
-    "asleep",
-)
 
 MATERIALS: tuple[str, ...] = tuple(constants.materials)
 # crafter's creatures and other objects a world holds (crafter.objects: Cow, Zombie,
@@ -96,14 +84,15 @@ class Question:
 
 def kinds_checked(kinds: Iterable[str] | None) -> tuple[str, ...]:
     """The kinds asked for, in the order given, without repeats; all of them for None."""
+    known = kind_names()
     if kinds is None:
-        return KINDS
+        return known
     chosen = tuple(dict.fromkeys(kinds))
-    unknown = [k for k in chosen if k not in KINDS]
+    unknown = [k for k in chosen if k not in known]
     if unknown:
-        raise QuestionError(f"kinds: unknown kind {unknown[0]!r}; valid: {', '.join(KINDS)}")
+        raise QuestionError(f"kinds: unknown kind {unknown[0]!r}; valid: {', '.join(known)}")
     if not chosen:
-        raise QuestionError(f"kinds: name at least one of {', '.join(KINDS)}")
+        raise QuestionError(f"kinds: name at least one of {', '.join(known)}")
     return chosen
 
 
@@ -211,6 +200,52 @@ def asleep_answer(state: Mapping[str, Any]) -> str:
 # -- questions ----------------------------------------------------------------------------------
 
 
+# What a kind asks of one frame: (subject, question, the one right answer or None when the
+# frame has none), one per question, in subject order.
+Asked = Iterable[tuple[str, str, str | None]]
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """A kind of question: its name (stored with every question) and what it asks."""
+
+    name: str
+    ask: Callable[[Sequence[Sequence[str]], Mapping[str, Any]], Asked]
+    # Every answer it may have, in the order charts and balancing list them; the choices
+    # shown are drawn from these.
+    answers: tuple[str, ...]
+    # The first distractors are what the view shows (it asks which cell, not what is there).
+    seen_first: bool = False
+
+
+_PROBE_KINDS: dict[str, ProbeKind] = {}
+
+
+def probe_kind_register(kind: ProbeKind) -> ProbeKind:
+    """Add a kind; the order of registration is the order a set asks them of a frame."""
+    if kind.name in _PROBE_KINDS:
+        raise ValueError(f"probe kind {kind.name!r} is registered twice")
+    _PROBE_KINDS[kind.name] = kind
+    return kind
+
+
+def probe_kind_unregister(name: str) -> None:
+    """Remove a kind (tests that register a throwaway one)."""
+    _PROBE_KINDS.pop(name, None)
+
+
+def kind_names() -> tuple[str, ...]:
+    """The kinds, in the order a set asks them of each frame (the names stored)."""
+    return tuple(_PROBE_KINDS)
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # `KINDS` reads the registry when asked, so a kind registered later is in it.
+    if name == "KINDS":
+        return kind_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def frame_questions(
     *,
     state: Mapping[str, Any],
@@ -223,77 +258,79 @@ def frame_questions(
     single right answer (facing outside the world, a nearest cell on a diagonal) is left out.
     `frame_key` (the frame's id) keys the choices' shuffle with `seed`."""
     questions: list[Question] = []
-
-    def add(kind: str, subject: str, text: str, answer: str | None, pool: Sequence[str]) -> None:
-        if answer is None:
-            return
-        rng = _rng(seed, frame_key, kind, subject)
-        choices = _choices(answer, pool, rng, preferred=_seen(view) if kind == "facing" else ())
-        questions.append(Question(kind, subject, text, choices, answer))
-
-    for kind in kinds:
-        if kind == "facing":
-            add(
-                kind,
-                "",
-                "What is on the cell the player is facing?",
-                facing_answer(view, state),
-                FACING_NAMES,
-            )
-        elif kind == "count":
-            for subject in COUNT_SUBJECTS:
-                what = f"{subject}s" if subject in CREATURES else f"{subject} cells"
-                add(
-                    kind,
-                    subject,
-                    f"How many {what} are in view?",
-                    count_answer(view, subject),
-                    COUNT_ANSWERS,
-                )
-        elif kind == "threat_near":
-            add(
-                kind,
-                "",
-                "Is a zombie or a skeleton within 2 cells of the player (walking distance)?",
-                threat_near_answer(view),
-                YES_NO,
-            )
-        elif kind == "nearest_direction":
-            for subject in DIRECTION_SUBJECTS:
-                add(
-                    kind,
-                    subject,
-                    f"In which direction from the player is the nearest {subject}?",
-                    nearest_direction_answer(view, subject),
-                    DIRECTIONS,
-                )
-        elif kind == "vital":
-            for subject in VITALS:
-                add(
-                    kind,
-                    subject,
-                    f"What is the player's {subject}, as the inventory bar shows it (0-9)?",
-                    drawn_value(state["vitals"][subject]),
-                    DIGITS,
-                )
-        elif kind == "inventory":
-            inventory = state["inventory"]
-            for subject in ITEMS:
-                label = subject.replace("_", " ")
-                add(
-                    kind,
-                    subject,
-                    f"How many {label} does the player carry?",
-                    drawn_value(inventory.get(subject, 0)),
-                    DIGITS,
-                )
-        elif kind == "night":
-            add(kind, "", "Is it night?", night_answer(state), YES_NO)
-        elif kind == "asleep":
-            add(kind, "", "Is the player asleep?", asleep_answer(state), YES_NO)
-        else:
-            raise QuestionError(f"kinds: unknown kind {kind!r}; valid: {', '.join(KINDS)}")
+    for name in kinds:
+        kind = _PROBE_KINDS.get(name)
+        if kind is None:
+            valid = ", ".join(kind_names())
+            raise QuestionError(f"kinds: unknown kind {name!r}; valid: {valid}")
+        preferred = _seen(view) if kind.seen_first else ()
+        for subject, text, answer in kind.ask(view, state):
+            if answer is None:
+                continue
+            rng = _rng(seed, frame_key, name, subject)
+            choices = _choices(answer, kind.answers, rng, preferred=preferred)
+            questions.append(Question(name, subject, text, choices, answer))
     return questions
+
+
+# -- the kinds, in the order a set asks them ----------------------------------------------
+
+
+def _ask_facing(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    text = "What is on the cell the player is facing?"
+    yield "", text, facing_answer(view, state)
+
+
+def _ask_count(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    for subject in COUNT_SUBJECTS:
+        what = f"{subject}s" if subject in CREATURES else f"{subject} cells"
+        text = f"How many {what} are in view?"
+        yield subject, text, count_answer(view, subject)
+
+
+def _ask_threat_near(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    text = "Is a zombie or a skeleton within 2 cells of the player (walking distance)?"
+    yield "", text, threat_near_answer(view)
+
+
+def _ask_nearest_direction(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    for subject in DIRECTION_SUBJECTS:
+        text = f"In which direction from the player is the nearest {subject}?"
+        yield subject, text, nearest_direction_answer(view, subject)
+
+
+def _ask_vital(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    for subject in VITALS:
+        text = f"What is the player's {subject}, as the inventory bar shows it (0-9)?"
+        yield subject, text, drawn_value(state["vitals"][subject])
+
+
+def _ask_inventory(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    inventory = state["inventory"]
+    for subject in ITEMS:
+        text = f"How many {subject.replace('_', ' ')} does the player carry?"
+        yield subject, text, drawn_value(inventory.get(subject, 0))
+
+
+def _ask_night(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    yield "", "Is it night?", night_answer(state)
+
+
+def _ask_asleep(view: Sequence[Sequence[str]], state: Mapping[str, Any]) -> Asked:
+    yield "", "Is the player asleep?", asleep_answer(state)
+
+
+for _kind in (
+    ProbeKind("facing", _ask_facing, FACING_NAMES, seen_first=True),
+    ProbeKind("count", _ask_count, COUNT_ANSWERS),
+    ProbeKind("threat_near", _ask_threat_near, YES_NO),
+    ProbeKind("nearest_direction", _ask_nearest_direction, DIRECTIONS),
+    ProbeKind("vital", _ask_vital, DIGITS),
+    ProbeKind("inventory", _ask_inventory, DIGITS),
+    ProbeKind("night", _ask_night, YES_NO),
+    ProbeKind("asleep", _ask_asleep, YES_NO),
+):
+    probe_kind_register(_kind)
 
 
 def _seen(view: Sequence[Sequence[str]]) -> tuple[str, ...]:
@@ -329,29 +366,17 @@ def _rng(seed: int, frame_key: int | str, kind: str, subject: str) -> random.Ran
 
 
 # Each kind's possible answers in the order they are shown (numbers up, yes before no).
-ANSWERS: dict[str, tuple[str, ...]] = {
-    "facing": FACING_NAMES,
-    "count": COUNT_ANSWERS,
-    "threat_near": YES_NO,
-    "nearest_direction": DIRECTIONS,
-    "vital": DIGITS,
-    "inventory": DIGITS,
-    "night": YES_NO,
-    "asleep": YES_NO,
-}
-
-
 def answer_counts(questions: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:
-    """{kind: {answer: count}} of (kind, answer) pairs: the kinds in `KINDS` order, each
-    kind's answers in `ANSWERS` order, only those that occur."""
+    """{kind: {answer: count}} of (kind, answer) pairs: the kinds in registration order,
+    each kind's answers in its `answers` order, only those that occur."""
     counts: dict[tuple[str, str], int] = {}
     for key in questions:
         counts[key] = counts.get(key, 0) + 1
     result: dict[str, dict[str, int]] = {}
-    for kind in KINDS:
-        of_kind = {a: counts[(kind, a)] for a in ANSWERS[kind] if (kind, a) in counts}
+    for kind in _PROBE_KINDS.values():
+        of_kind = {a: counts[(kind.name, a)] for a in kind.answers if (kind.name, a) in counts}
         if of_kind:
-            result[kind] = of_kind
+            result[kind.name] = of_kind
     return result
 
 

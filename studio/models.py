@@ -42,6 +42,26 @@ def _price_field(which: str) -> models.DecimalField:
     )
 
 
+# Endpoint kinds declared by later apps (a training provider's), beyond `Endpoint.Kind`.
+_KINDS_ADDED: dict[str, str] = {}
+
+
+def endpoint_kind_add(name: str, label: str) -> None:
+    """A later app's kind of endpoint (training.providers registers each provider's)."""
+    _KINDS_ADDED[name] = label
+
+
+def endpoint_kind_remove(name: str) -> None:
+    _KINDS_ADDED.pop(name, None)
+
+
+def endpoint_kind_choices() -> list[tuple[str, str]]:
+    """`Endpoint.kind`'s choices: a callable, so that a new provider needs no migration."""
+    known = list(Endpoint.Kind.choices)
+    names = {name for name, _ in known}
+    return known + [(name, label) for name, label in _KINDS_ADDED.items() if name not in names]
+
+
 class Endpoint(models.Model):
     """A model server or training provider, its base URL and where its key comes from.
 
@@ -56,7 +76,7 @@ class Endpoint(models.Model):
         OPENAI = "openai", "Training: OpenAI-compatible fine-tuning"
 
     name = models.SlugField(max_length=60, unique=True)
-    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.CHAT)
+    kind = models.CharField(max_length=20, choices=endpoint_kind_choices, default=Kind.CHAT)
     base_url = models.URLField(max_length=500)
     api_key_env = models.CharField(
         "key variable",

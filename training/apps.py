@@ -6,4 +6,8 @@ class TrainingConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the job kind with the periodic requeue.
-        from training import jobs  # noqa: F401
+        # Registers the providers, and with them their endpoint kinds in studio's list.
+        from training import (
+            jobs,  # noqa: F401
+            providers,  # noqa: F401
+        )

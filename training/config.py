@@ -1,4 +1,4 @@
-"""The training config (SPEC section 7): a strict reader of synth-ai's TOML. Pure, no Django.
+"""The training config (docs/formats.md): a strict reader of synth-ai's TOML. Pure, no Django.
 
 Every section and key of the reference `configs/crafter_vlm_gpt4o.toml` is declared once
 below with its type and allowed values. Anything else is an error naming the key and its
@@ -14,7 +14,7 @@ import difflib
 import math
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,15 +38,15 @@ class Key:
     help: str = ""
 
 
-# Sections in the order of the reference file; "a.b" is a sub-table.
+# Sections in the order of the reference file; "a.b" is a sub-table. The keys every provider
+# shares; a provider's own (e.g. openai's `suffix`) are added when training.providers
+# registers it (`schema_add`), which the training app does when it is ready.
 SCHEMA: dict[str, dict[str, Key]] = {
     "job": {
         "model": Key("str", required=True, help="base model to fine-tune"),
         "modalities": Key("list[str]", choices=("text", "image")),
         "data": Key("str|int", help="dataset version id, or a dataset's name (newest version)"),
         "description": Key("str", max_length=2000),
-        "suffix": Key("str", max_length=64, help="openai: appended to the fine-tuned model id"),
-        "seed": Key("int", min=0, max=2**31 - 1, help="openai: the training seed"),
     },
     "compute": {
         "gpu_type": Key("str", max_length=40),
@@ -79,7 +79,6 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "warmup_ratio": Key("float", min=0.0, max=1.0),
         "weight_decay": Key("float", min=0.0, max=10.0),
         "batch_size": Key("int", min=1, max=4096, help="openai: examples per batch"),
-        "learning_rate_multiplier": Key("float", min=0.0, max=100.0, help="openai only"),
     },
     "hyperparameters.parallelism": {
         "use_deepspeed": Key("bool"),
@@ -91,6 +90,26 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
 }
 REQUIRED_SECTIONS = ("job", "hyperparameters")
+# What a provider accepts beyond the shared keys, by section (a ProviderKind's config_keys).
+ConfigKeys = Mapping[str, Mapping[str, Key]]
+
+
+def schema_add(keys: ConfigKeys) -> None:
+    """Accept a provider's own keys (training.providers registers them), after the shared
+    ones of their section. Every config accepts them: a provider ignores what is not its."""
+    for section, more in keys.items():
+        if section not in SCHEMA:
+            raise ValueError(f"config keys: no section [{section}]")
+        for name, key in more.items():
+            if SCHEMA[section].setdefault(name, key) != key:
+                raise ValueError(f"config keys: [{section}] {name} is declared twice")
+
+
+def schema_remove(keys: ConfigKeys) -> None:
+    """Stop accepting a provider's own keys (tests that register a throwaway provider)."""
+    for section, more in keys.items():
+        for name in more:
+            SCHEMA.get(section, {}).pop(name, None)
 
 
 @dataclass(frozen=True)

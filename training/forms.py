@@ -12,7 +12,7 @@ from curation.selectors import version_models
 from studio.endpoints import endpoints_enabled
 from studio.models import Endpoint
 from training.config import ConfigError, config_load, reference_text
-from training.providers import PROVIDERS
+from training.providers import provider_kinds, provider_names
 from training.services import Submission, SubmissionError
 from training.submission import submission_build
 
@@ -48,12 +48,17 @@ def _done_versions():
     )
 
 
+def _provider_choices() -> list[tuple[str, str]]:
+    # Callable: read when a form is made, so every registered provider is offered.
+    return [(name, name) for name in provider_names()]
+
+
 class TrainingJobForm(forms.Form):
     dataset_version = VersionChoiceField(queryset=_done_versions(), label="Dataset version")
     validation_version = VersionChoiceField(
         queryset=_done_versions(), required=False, label="Validation version (optional)"
     )
-    provider = forms.ChoiceField(choices=[(p, p) for p in PROVIDERS], initial="synth")
+    provider = forms.ChoiceField(choices=_provider_choices, initial="synth")
     endpoint = forms.ChoiceField(
         widget=EndpointSelect,
         help_text="Named by an admin; the key is read on the worker from the variable it names.",
@@ -76,11 +81,17 @@ class TrainingJobForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["dataset_version"].queryset = _done_versions()
         self.fields["validation_version"].queryset = _done_versions()
-        endpoints = [e for kind in PROVIDERS for e in endpoints_enabled(kind=kind)]
+        # Each endpoint with the provider its kind serves (the page matches them by name).
+        served = [
+            (e, kind.name)
+            for kind in provider_kinds()
+            for e in endpoints_enabled(kind=kind.endpoint_kind)
+        ]
+        endpoints = [e for e, _ in served]
         self.fields["endpoint"].choices = [
             (e.name, f"{e.name} ({e.kind}, {e.base_url})") for e in endpoints
         ]
-        self.endpoint_kinds = {e.name: e.kind for e in endpoints}
+        self.endpoint_kinds = {e.name: provider for e, provider in served}
         self.fields["endpoint"].widget.kinds = self.endpoint_kinds
         if not self.is_bound:
             self._initial_choices(endpoints)
@@ -91,11 +102,11 @@ class TrainingJobForm(forms.Form):
         """What a new form can choose alone: a provider that has an endpoint, its first
         endpoint, and the dataset version when there is only one."""
         provider = self.initial.get("provider") or self.fields["provider"].initial
-        kinds = [e.kind for e in endpoints]
+        kinds = [self.endpoint_kinds[e.name] for e in endpoints]
         if kinds and provider not in kinds:
             provider = kinds[0]
             self.initial.setdefault("provider", provider)
-        first = next((e.name for e in endpoints if e.kind == provider), None)
+        first = next((e.name for e in endpoints if self.endpoint_kinds[e.name] == provider), None)
         if first is not None:
             self.initial.setdefault("endpoint", first)
         versions = list(self.fields["dataset_version"].queryset.values_list("id", flat=True)[:2])

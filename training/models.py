@@ -8,6 +8,14 @@ from django.db.models import Q
 from studio.models import ClaimedJob
 
 
+def provider_choices() -> list[tuple[str, str]]:
+    """The registered training providers (training.providers): a callable, so that a new
+    provider needs no migration. Labels as Django's TextChoices gave them ("Synth")."""
+    from training.providers import provider_names
+
+    return [(name, name.replace("_", " ").title()) for name in provider_names()]
+
+
 class TrainingJob(ClaimedJob):
     """One submission of a dataset version to a provider; the row, not the broker, is the truth.
 
@@ -28,10 +36,6 @@ class TrainingJob(ClaimedJob):
     ACTIVE = (Status.PENDING, Status.UPLOADING, Status.SUBMITTED, Status.RUNNING)
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
 
-    class Provider(models.TextChoices):
-        SYNTH = "synth"
-        OPENAI = "openai"
-
     dataset_version = models.ForeignKey(
         "datasets.DatasetVersion", on_delete=models.PROTECT, related_name="training_jobs"
     )
@@ -42,7 +46,7 @@ class TrainingJob(ClaimedJob):
         on_delete=models.PROTECT,
         related_name="validation_jobs",
     )
-    provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SYNTH)
+    provider = models.CharField(max_length=20, choices=provider_choices, default="synth")
     endpoint_name = models.CharField(
         max_length=60, blank=True, help_text="The admin-named endpoint picked in the browser."
     )

@@ -69,7 +69,7 @@ def job_unsent(*, job_id: int) -> bool:
 
 
 def job_summary(job: TrainingJob) -> dict[str, Any]:
-    """The last line of `submit_training` and `training_status` (SPEC section 4)."""
+    """The last line of `submit_training` and `training_status` (docs/training.md)."""
     return {
         "job_id": job.id,
         "status": job.status,

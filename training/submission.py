@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
 from curation.models import Dataset, DatasetVersion
 from studio.endpoints import EndpointError
 from training.config import ConfigError, config_load
-from training.providers import PROVIDERS
-from training.providers.openai import DEFAULT_BASE_URL
-from training.services import KEY_ENV, Submission, SubmissionError, endpoint_target
+from training.providers import provider_kinds, provider_names
+from training.services import Submission, SubmissionError, endpoint_target
 
 
 def version_done(version_id: int, *, what: str = "dataset version") -> DatasetVersion:
@@ -70,8 +67,10 @@ def submission_build(
     endpoint_name: str = "",
     model: str = "",
 ) -> Submission:
-    if provider not in PROVIDERS:
-        raise SubmissionError([f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}"])
+    kind = next((k for k in provider_kinds() if k.name == provider), None)
+    if kind is None:
+        names = ", ".join(provider_names())
+        raise SubmissionError([f"provider: {provider!r} is not one of {names}"])
     version = version_done(version_id) if version_id is not None else None
     validation = (
         version_done(validation_version_id, what="validation version")
@@ -113,16 +112,14 @@ def submission_build(
         except EndpointError as exc:
             raise SubmissionError([str(exc)]) from None
     else:
-        api_key_env = KEY_ENV[provider]
-        if not base_url:
-            base_url = (
-                settings.SYNTH_BACKEND_URL
-                if provider == "synth"
-                else (settings.OPENAI_BASE_URL or DEFAULT_BASE_URL)
-            )
+        api_key_env = kind.key_env
+        base_url = base_url or kind.default_url()
         if not base_url:
             raise SubmissionError(
-                ["base URL: give --base-url or set SYNTH_BACKEND_URL for the synth provider"]
+                [
+                    f"base URL: give --base-url or set {kind.url_setting} "
+                    f"for the {kind.name} provider"
+                ]
             )
     if not base_url.startswith(("http://", "https://")):
         raise SubmissionError([f"base URL: {base_url!r} is not an http(s) URL"])

@@ -2,9 +2,9 @@
 
 Read line by line from storage (never whole: versions can be hundreds of MB), each row
 converted (`curation.jsonl.row_for_provider`: which rows and what they say do not change),
-checked against the provider's limits (`curation.validation`, as `export_jsonl --format
-openai` checks them), written to a local temporary file and hashed as it goes. The sha256 is
-of exactly the bytes uploaded.
+checked against the limits its row format declares (`curation.row_formats`, as
+`export_jsonl --format` checks them), written to a local temporary file and hashed as it
+goes. The sha256 is of exactly the bytes uploaded.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from django.core.files.storage import default_storage
 
 from curation.jsonl import dumps, row_for_provider
 from curation.models import DatasetVersion
-from curation.validation import MIN_ROWS, ProviderReport, Violation, _text_chars, check_row_dict
+from curation.row_formats import row_format
+from curation.validation import ProviderReport, Violation, _text_chars, check_row_dict
+from training.providers import provider_kind
 from training.providers.base import UploadFile
 
-# synth-ai's SFT loader needs a prompt and an answer: at least two messages per row.
-SYNTH_MIN_MESSAGES = 2
 HEARTBEAT_ROWS = 500
 # Which of a version's files: its training rows, or its own validation split.
 Part = Literal["main", "val"]
@@ -95,6 +95,7 @@ def upload_file_build(
                 "here train on SFT rows (use Download for TRL or export_hf for DPO)"
             ]
         )
+    declared = row_format(provider_kind(provider).row_format)
     name = f"{label}-{role}-{provider}.jsonl"
     path = directory / name
     report = ProviderReport(file=role)
@@ -116,19 +117,19 @@ def upload_file_build(
                     report.rows += 1
                     report.violations.append(Violation(number, "not a JSON object", role))
                     continue
-                row = row_for_provider(record, row_format=provider)
+                row = row_for_provider(record, row_format=declared.name)
                 line = (dumps(row) + "\n").encode("utf-8")
                 text = line.decode("utf-8")
                 check_row_dict(report, row=number, record=row, text_chars=_text_chars(row, text))
-                if provider == "synth":
-                    _check_synth(report, row=number, record=row)
+                if declared.upload_check is not None:
+                    declared.upload_check(report, number, row)
                 hasher.update(line)
                 out.write(line)
                 size += len(line)
                 rows += 1
                 if heartbeat is not None and rows % HEARTBEAT_ROWS == 0:
                     heartbeat()
-        min_rows = MIN_ROWS if provider == "openai" and role == "train" else 1
+        min_rows = declared.min_train_rows if role == "train" and declared.min_train_rows else 1
         report.finish(file_bytes=size, min_rows=min_rows)
         if not report.ok:
             raise DataRefused([str(v) for v in report.violations])
@@ -138,16 +139,3 @@ def upload_file_build(
         raise
     built = UploadFile(path=path, name=name, sha256=hasher.hexdigest(), bytes=size, rows=rows)
     return replace(built, heartbeat=heartbeat)
-
-
-def _check_synth(report: ProviderReport, *, row: int, record: dict) -> None:
-    """What synth-ai 0.2.10's SFT loader refuses (`synth_ai.learning.sft.data`)."""
-    messages = record.get("messages")
-    if isinstance(messages, list) and len(messages) < SYNTH_MIN_MESSAGES:
-        report.violations.append(
-            Violation(row, f"{len(messages)} message(s); synth needs at least 2", report.file)
-        )
-    for index, tool in enumerate(record.get("tools") or []):
-        name = tool.get("name") if isinstance(tool, dict) else None
-        if not isinstance(name, str) or not name.strip():
-            report.violations.append(Violation(row, f"tool {index} missing name", report.file))

@@ -46,7 +46,7 @@ def export_files(
 ) -> ExportResult:
     """Write the rows; with `val_output` and a val fraction, split by episode into two files.
 
-    With `options.format == "openai"` the rows are checked against the provider's limits as
+    With a format that declares `provider_limits` the rows are checked against them as
     they are built, and a violation anywhere refuses the whole export (ExportRefused).
     """
     check_combination(filters, options)

@@ -12,7 +12,15 @@ from collections import OrderedDict
 
 from curation.exporting.files import OutputFiles
 from curation.jsonl import BuiltRow, FrameRef
-from curation.validation import ImageError, ImageInfo, ProviderReport, image_tokens, probe_image
+from curation.row_formats import row_format as row_format_of
+from curation.validation import (
+    MIN_ROWS,
+    ImageError,
+    ImageInfo,
+    ProviderReport,
+    image_tokens,
+    probe_image,
+)
 from rollouts.recording.frame_store import FrameStore, frame_name
 
 _CACHE_SIZE = 4096
@@ -109,7 +117,7 @@ class OpenAILimits:
         for name, sink in files.sinks.items():
             sink.flush()
             self.reports[name].finish(
-                file_bytes=sink.result.bytes, min_rows=10 if name == "train" else 1
+                file_bytes=sink.result.bytes, min_rows=MIN_ROWS if name == "train" else 1
             )
         failed = [report for report in self.reports.values() if not report.ok]
         if failed:
@@ -119,7 +127,7 @@ class OpenAILimits:
 def provider_checks(
     row_format: str, infos: ImageInfos, *, files: tuple[str, ...]
 ) -> TokenEstimate | OpenAILimits:
-    """The checks of `row_format`, with a report for each of `files`."""
-    if row_format == "openai":
+    """The checks `row_format` declares, with a report for each of `files`."""
+    if row_format_of(row_format).provider_limits:
         return OpenAILimits(infos, files=files)
     return TokenEstimate(infos, files=files)

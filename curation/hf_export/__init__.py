@@ -1,6 +1,6 @@
 """Hugging Face `datasets` output: parquet shards, Arrow shards and a dataset card. No Django.
 
-The input is this studio's own JSONL (SFT rows of SPEC section 5, or the preference rows of
+The input is this studio's own JSONL (SFT rows of docs/formats.md, or the preference rows of
 `curation.preferences`), read one line at a time; the output loads offline both with
 `datasets.load_dataset("parquet", data_dir=DIR)` and `datasets.load_from_disk(DIR)`:
 

@@ -93,7 +93,7 @@ def _messages(messages: list, images: list[bytes], *, tool_calls_as_text: bool) 
 
 
 def sft_columns(row: dict[str, Any], *, tool_calls_as_text: bool) -> dict[str, Any]:
-    """One SFT row of SPEC section 5 as columns: the last message is the completion."""
+    """One SFT row (docs/formats.md) as columns: the last message is the completion."""
     images: list[bytes] = []
     messages = row["messages"]
     out: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The dataset card writes names as text, never as YAML or markdown (issue 29, item 3).
+"""The dataset card writes names as text, never as YAML or markdown.
 
 A dataset named "x\\n---\\nlicense: evil\\n# Owned <script>" used to go into README.md
 verbatim: its lines became a rule, a heading and raw HTML on the card's page.

@@ -1,4 +1,4 @@
-"""export_jsonl: the row format of SPEC section 5, filters, split, stability, provider limits."""
+"""export_jsonl: the row format (docs/formats.md), filters, split, stability, provider limits."""
 
 from __future__ import annotations
 
@@ -313,7 +313,7 @@ def test_it_writes_synth_rows_that_synth_ais_own_loader_accepts(scripted_batch, 
     assert result.code == 0, result.stderr
     studio_rows, synth_rows = read_rows(studio_out), read_rows(synth_out)
     assert len(synth_rows) == len(studio_rows) == 90
-    # The same rows and messages; only the tools change shape (SPEC section 5).
+    # The same rows and messages; only the tools change shape (docs/formats.md).
     for studio_row, synth_row in zip(studio_rows, synth_rows, strict=True):
         assert synth_row["messages"] == studio_row["messages"]
         assert synth_row["metadata"] == studio_row["metadata"]

@@ -1,4 +1,4 @@
-"""Datasets leave canceled episodes out by default (issue 31, item 2): what a canceled episode
+"""Datasets leave canceled episodes out by default: what a canceled episode
 played is kept and reviewable, but it ended where nobody chose to end it."""
 
 from __future__ import annotations

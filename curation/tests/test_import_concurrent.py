@@ -1,4 +1,4 @@
-"""Two uploads of one file at once import it once (issue 29, item 2).
+"""Two uploads of one file at once import it once.
 
 The "already imported" check of pass one ran outside the write transaction: two imports of
 the same 40 lines started together both passed it and both wrote (80 turns).

@@ -16,6 +16,7 @@ from typing import Any
 import openai
 from django.conf import settings
 
+from training.config import Key
 from training.providers.base import (
     MAX_EVENT_PAGES_PER_POLL,
     MAX_EVENTS_PER_POLL,
@@ -34,6 +35,7 @@ from training.providers.base import (
     remote_status,
 )
 from training.providers.http import call_seconds, provider_http_client, upload_seconds
+from training.providers.kinds import ProviderKind, register
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 STATUS_MAP = {
@@ -347,3 +349,28 @@ def _event(event: Any) -> RemoteEvent:
         validation_loss=clean_number(data.get("valid_loss", data.get("full_valid_loss"))),
         data=data,
     )
+
+
+OPENAI = register(
+    ProviderKind(
+        name="openai",
+        client=OpenAIProvider,
+        key_env="OPENAI_API_KEY",
+        default_url=lambda: settings.OPENAI_BASE_URL or DEFAULT_BASE_URL,
+        url_setting="OPENAI_BASE_URL",
+        row_format="openai",
+        endpoint_kind="openai",
+        endpoint_label="Training: OpenAI-compatible fine-tuning",
+        config_keys={
+            "job": {
+                "suffix": Key(
+                    "str", max_length=64, help="openai: appended to the fine-tuned model id"
+                ),
+                "seed": Key("int", min=0, max=2**31 - 1, help="openai: the training seed"),
+            },
+            "hyperparameters": {
+                "learning_rate_multiplier": Key("float", min=0.0, max=100.0, help="openai only"),
+            },
+        },
+    )
+)

@@ -1,4 +1,4 @@
-"""The `synth` provider: synth-ai 0.2.10's learning API (SPEC section 7), over plain HTTP.
+"""The `synth` provider: synth-ai 0.2.10's learning API (docs/training.md), over plain HTTP.
 
 Requests as `run_fft_and_save.py` sends them, events and metrics as synth-ai's own
 `JobHandle` reads them (`events?since_seq=N`, `metrics?after_step=N`). The file goes up as a
@@ -43,6 +43,7 @@ from training.providers.http import (
     provider_http_client,
     upload_seconds,
 )
+from training.providers.kinds import ProviderKind, register
 
 CHUNK = 1 << 20
 # run_fft_and_save.py forwards these hyperparameters as they are; the studio adds
@@ -415,3 +416,17 @@ def _time(value: Any) -> dt.datetime:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 2**33:
         return dt.datetime.fromtimestamp(value, tz=dt.UTC)
     return dt.datetime.now(tz=dt.UTC)
+
+
+SYNTH = register(
+    ProviderKind(
+        name="synth",
+        client=SynthProvider,
+        key_env="SYNTH_API_KEY",
+        default_url=lambda: settings.SYNTH_BACKEND_URL,
+        url_setting="SYNTH_BACKEND_URL",
+        row_format="synth",
+        endpoint_kind="synth",
+        endpoint_label="Training: synth learning API",
+    )
+)

@@ -8,7 +8,6 @@ worker's environment at the moment of the call, never stored or logged.
 """
 
 from training.services.common import (
-    KEY_ENV,
     Submission,
     SubmissionError,
     endpoint_target,
@@ -28,7 +27,6 @@ from training.services.polling import (
 from training.services.submitting import training_job_submit
 
 __all__ = [
-    "KEY_ENV",
     "Submission",
     "SubmissionError",
     "endpoint_target",

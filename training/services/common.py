@@ -18,13 +18,16 @@ from studio.models import Endpoint
 from training.config import TrainingConfig
 from training.jobs import SUBMISSION
 from training.models import TrainingEvent, TrainingJob
-from training.providers import Provider, ProviderError, provider_for
+from training.providers import (
+    Provider,
+    ProviderError,
+    provider_for,
+    provider_kind,
+    provider_kinds,
+)
 from training.providers.base import JobSpec
 
 logger = logging.getLogger(__name__)
-
-# Where the CLI's key comes from, per provider (the browser uses the endpoint's variable).
-KEY_ENV = {"synth": "SYNTH_API_KEY", "openai": "OPENAI_API_KEY"}
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class SubmissionError(ValueError):
 
 def endpoint_target(*, name: str, provider: str) -> tuple[str, str]:
     """(base URL, key variable) of an admin-named endpoint of this provider's kind."""
-    endpoint = endpoint_get(name=name, kind=provider)
+    endpoint = endpoint_get(name=name, kind=provider_kind(provider).endpoint_kind)
     return endpoint.base_url, endpoint.api_key_env
 
 
@@ -81,9 +84,11 @@ def _api_key(job: TrainingJob) -> str:
     still points where the job does (an admin who moves it does not send the key elsewhere).
     """
     if job.endpoint_name:
-        endpoint = Endpoint.objects.filter(name=job.endpoint_name, kind=job.provider).first()
+        kind = provider_kind(job.provider).endpoint_kind
+        endpoint = Endpoint.objects.filter(name=job.endpoint_name, kind=kind).first()
         return endpoint_api_key(_endpoint_still_usable(job, endpoint))
-    if job.api_key_env not in KEY_ENV.values():
+    # The CLI's job names a variable: only a provider's own key variable is read.
+    if job.api_key_env not in {kind.key_env for kind in provider_kinds()}:
         return ""
     return os.environ.get(job.api_key_env, "")
 
@@ -92,7 +97,7 @@ def _endpoint_still_usable(job: TrainingJob, endpoint: Endpoint | None) -> Endpo
     """The job's endpoint; `EndpointStopped` when it may no longer get its key."""
     if (
         endpoint is None
-        or endpoint.kind != job.provider
+        or endpoint.kind != provider_kind(job.provider).endpoint_kind
         or endpoint.base_url.rstrip("/") != job.base_url.rstrip("/")
     ):
         raise EndpointStopped(

@@ -251,7 +251,7 @@ class _Base:
 
 
 class SynthServer(_Base):
-    """synth-ai's learning API under `/api` (SPEC section 7)."""
+    """synth-ai's learning API under `/api` (docs/training.md)."""
 
     @property
     def base_url(self) -> str:

@@ -1,4 +1,4 @@
-"""`python manage.py export_hf`: a Hugging Face `datasets` dataset for TRL (SPEC section 4)."""
+"""`python manage.py export_hf`: a Hugging Face `datasets` dataset for TRL (docs/formats.md)."""
 
 from __future__ import annotations
 

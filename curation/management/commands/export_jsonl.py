@@ -1,4 +1,4 @@
-"""`python manage.py export_jsonl`: turns to multimodal JSONL (SPEC sections 4 and 5)."""
+"""`python manage.py export_jsonl`: turns to multimodal JSONL (docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from curation.command_options import (
 )
 from curation.exporting import ExportEmpty, ExportRefused, export_count
 from curation.probe_exports import probe_set_options
+from curation.row_formats import row_format
 from curation.services import rows_export
 from studio.commands import StudioCommand, progress_bar, usage_error
 
@@ -87,7 +88,7 @@ class Command(StudioCommand):
         for warning in result.warnings():
             self.stderr.write(warning)
         summary = result.summary()
-        if export_options.format == "openai":
+        if row_format(export_options.format).provider_limits:
             summary["validation"] = [r.summary() for r in result.reports]
         self.stdout.write(json.dumps(summary))
 

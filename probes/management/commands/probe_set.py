@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from curation.command_options import add_filter_flag, command_filters, filters_from_options
-from probes.questions import KINDS
+from probes.questions import kind_names
 from probes.services import ProbeSetError, probe_set_create
 from studio.commands import StudioCommand, progress_bar, usage_error
 
@@ -42,7 +42,7 @@ class Command(StudioCommand):
             "--kinds",
             nargs="+",
             metavar="K",
-            help=f"the kinds of questions (default: all): {', '.join(KINDS)}",
+            help=f"the kinds of questions (default: all): {', '.join(kind_names())}",
         )
         parser.add_argument("--seed", type=int, default=0, help="sampling and choice order")
         parser.add_argument(

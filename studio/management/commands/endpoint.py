@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from studio.commands import StudioCommand, usage_error
 from studio.endpoints import endpoint_key_set, endpoint_save
-from studio.models import Endpoint
+from studio.models import Endpoint, endpoint_kind_choices
 from studio.untrusted import terminal_safe
 
 # The model's fields as this command's arguments, for its one-line errors.
@@ -33,7 +33,7 @@ class Command(StudioCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("name", nargs="?", metavar="NAME")
-        parser.add_argument("--kind", choices=Endpoint.Kind.values)
+        parser.add_argument("--kind", choices=[name for name, _ in endpoint_kind_choices()])
         parser.add_argument("--base-url", metavar="URL")
         parser.add_argument(
             "--key-env",

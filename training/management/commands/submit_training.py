@@ -1,4 +1,7 @@
-"""`python manage.py submit_training`: a dataset version to a fine-tuning provider (SPEC 4, 7)."""
+"""`python manage.py submit_training`: a dataset version to a fine-tuning provider.
+
+See docs/training.md.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from studio.queue import QUEUE_UNREACHABLE
 from training import selectors, services
 from training.config import ConfigError, config_load
 from training.models import TrainingJob
-from training.providers import PROVIDERS, ProviderError
+from training.providers import ProviderError, provider_names
 from training.submission import dataset_newest_version, submission_build
 from training.upload_files import DataRefused
 
@@ -40,7 +43,7 @@ class Command(StudioCommand):
         )
         parser.add_argument("--validation-version", type=int, metavar="M")
         parser.add_argument("--config", required=True, metavar="FILE.toml")
-        parser.add_argument("--provider", choices=PROVIDERS, default="synth")
+        parser.add_argument("--provider", choices=provider_names(), default="synth")
         parser.add_argument(
             "--base-url",
             default="",
