@@ -3,7 +3,7 @@
 The forms' choices, `export_jsonl --format`, validation of export options, the provider
 checks of an export, preference rows, the versions table and training uploads all ask a
 `RowFormat` here rather than compare its name. Adding a format is one module in this package
-and one import line at the bottom of this file (docs/how-to-add/row-format.md).
+and one import line at the bottom of this file (docs/layout.md, "How to add a row format").
 
 Pure Python, no Django: `curation.jsonl` reads it.
 """

@@ -13,7 +13,7 @@ registry is read, so a form, the `rollout` command or a page never names a polic
 * the stored `RolloutBatch.policy` choices (`policy_choices`, a callable: a new kind needs no
   migration).
 
-See docs/how-to-add/policy.md.
+See docs/layout.md, "How to add a policy".
 """
 
 from __future__ import annotations

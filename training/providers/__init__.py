@@ -4,7 +4,7 @@ module (`synth.py`, `openai.py`), read by everything else.
 The form's and `submit_training --provider`'s choices, the job's and endpoint's choice lists,
 the CLI's key variable and default URL, and the rows uploaded all ask the kind rather than
 compare its name. Adding a provider is one module here and one import line at the bottom of
-this file (docs/how-to-add/provider.md).
+this file (docs/layout.md, "How to add a training provider").
 """
 
 from __future__ import annotations
