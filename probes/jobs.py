@@ -25,5 +25,6 @@ PROBE_CHUNK = register(
         stale_setting="STUDIO_PROBE_CHUNK_STALE_SECONDS",
         rows=_of_open_runs,
         calls_model=True,  # every question is a model call
+        hours=6,
     )
 )

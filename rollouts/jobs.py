@@ -39,6 +39,7 @@ EPISODE = register(
         waiting_rows=_waiting_to_be_played,
         created_field="batch__created_at",
         calls_model=_calling_a_model,
+        hours=6,
     )
 )
 
@@ -48,5 +49,6 @@ BULK_FLAG = register(
         model=TurnBulkFlag,
         task="rollouts.tasks.turn_bulk_flag_run",
         stale_setting="STUDIO_BULK_FLAG_STALE_SECONDS",
+        hours=3,
     )
 )

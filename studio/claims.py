@@ -30,6 +30,11 @@ DONE = "done"
 FAILED = "failed"
 
 
+# A row saved but its message not sent: the broker was down when it was (the periodic
+# requeue sends it once it is back), or its caller runs it itself (`--inline`).
+UNSENT = Q(status=PENDING, enqueued_at__isnull=True)
+
+
 class ClaimLost(Exception):
     """Another worker took the job over (this one was presumed dead): stop, write nothing more."""
 
@@ -304,11 +309,11 @@ def jobs_waiting(*, rows: QuerySet, created_field: str = "created_at") -> list[i
     now = timezone.now()
     grace = now - timedelta(seconds=settings.STUDIO_REQUEUE_GRACE_SECONDS)
     lost = now - timedelta(seconds=settings.STUDIO_REQUEUE_PENDING_SECONDS)
-    never_sent = Q(enqueued_at__isnull=True, **{f"{created_field}__lt": grace})
+    never_sent = UNSENT & Q(**{f"{created_field}__lt": grace})
     return list(
-        rows.filter(status=PENDING)
-        .filter(never_sent | Q(enqueued_at__lt=lost))
-        .values_list("pk", flat=True)
+        rows.filter(never_sent | Q(status=PENDING, enqueued_at__lt=lost)).values_list(
+            "pk", flat=True
+        )
     )
 
 

@@ -222,16 +222,7 @@ CELERY_TASK_QUEUES = [
     Queue(STUDIO_CONTROL_QUEUE, Exchange(STUDIO_CONTROL_QUEUE), routing_key=STUDIO_CONTROL_QUEUE),
     Queue(STUDIO_MODEL_QUEUE, Exchange(STUDIO_MODEL_QUEUE), routing_key=STUDIO_MODEL_QUEUE),
 ]
-CELERY_TASK_ROUTES = {
-    name: {"queue": STUDIO_CONTROL_QUEUE}
-    for name in (
-        "studio.tasks.jobs_requeue",
-        # Beat's former entries, for messages still queued under their names.
-        "rollouts.tasks.episodes_requeue_stale",
-        "rollouts.tasks.turn_bulk_flags_requeue",
-        "datasets.tasks.datasets_requeue_waiting",
-    )
-}
+CELERY_TASK_ROUTES = {"studio.tasks.jobs_requeue": {"queue": STUDIO_CONTROL_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     # Every job kind (`studio.jobs`): what a dead worker left, or what never reached the broker.
     # Often enough that an episode whose worker died (stale after 30 s) is taken over within

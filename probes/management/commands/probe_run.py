@@ -9,7 +9,8 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from probes import runs
-from probes.models import ProbeRun, ProbeRunChunk, ProbeSet
+from probes.jobs import PROBE_CHUNK
+from probes.models import ProbeRun, ProbeSet
 from probes.prompting import OBSERVATIONS
 from studio.commands import StudioCommand, progress_bar, usage_error
 from studio.queue import QUEUE_UNREACHABLE
@@ -76,9 +77,7 @@ class Command(StudioCommand):
                 total=run.questions_total, desc=f"probe run {run.id}", unit="question"
             ) as bar:
                 runs.probe_run_inline(run=run, progress=lambda n: bar.update(n - bar.n))
-        elif run.chunks.filter(
-            status=ProbeRunChunk.Status.PENDING, enqueued_at__isnull=True
-        ).exists():
+        elif PROBE_CHUNK.unsent(run=run):
             # Saved, not lost: the periodic requeue sends it once the broker answers again.
             self.stderr.write(f"{QUEUE_UNREACHABLE}; the run will start when it is back")
         if options["wait"]:
