@@ -15,7 +15,7 @@ def _of_open_runs() -> QuerySet:
 
 
 # A chunk's process renews its claim every third of its window, however long a call takes
-# (`probes.claim_keeper`, as episodes' are renewed): the window is only how long a dead
+# (`studio.claim_keeper`, as episodes' are renewed): the window is only how long a dead
 # worker's chunk goes unnoticed.
 PROBE_CHUNK = register(
     JobKind(

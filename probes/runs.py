@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,7 +26,6 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Count, F, Max, Min
 from django.utils import timezone
 
-from probes import claim_keeper
 from probes.asking import Asked, ProbeAsker, asked_from
 from probes.jobs import PROBE_CHUNK
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeRunChunk, ProbeSet
@@ -37,6 +35,8 @@ from rollouts.policies.base import PolicyUnavailable
 from rollouts.recording import sent_calls
 from rollouts.recording.frame_store import FrameStore
 from rollouts.rollout_settings import RolloutSettings
+from studio.claim_keeper import worker_name
+from studio.claims import Claim
 from studio.endpoints import (
     EndpointError,
     endpoint_check_model,
@@ -238,7 +238,7 @@ def probe_run_cancel(*, run: ProbeRun) -> int:
 def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     """Claim the chunk and ask its questions not answered yet, storing each answer as it
     comes. Idempotent: a second delivery finds the chunk claimed or ended."""
-    token = PROBE_CHUNK.claim(chunk_id, worker=claim_keeper.worker_name())
+    token = PROBE_CHUNK.claim(chunk_id, worker=worker_name())
     if token is None:
         return PROBE_CHUNK.unclaimed(chunk_id)
     chunk = ProbeRunChunk.objects.select_related("run", "run__probe_set").get(id=chunk_id)
@@ -246,8 +246,19 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     ProbeRun.objects.filter(id=run.id, status=ProbeRun.Status.PENDING).update(
         status=ProbeRun.Status.RUNNING, started_at=timezone.now()
     )
-    claim_keeper.keep(chunk_id, token)
-    held = _ClaimCheck(chunk_id=chunk_id, token=token)
+    claim = PROBE_CHUNK.held(chunk_id, token)
+    with claim.kept():
+        outcome = _chunk_ask(chunk, claim)
+    if outcome == "done" and claim.finish():
+        _run_close_if_complete(run_id=run.id)
+    return outcome
+
+
+def _chunk_ask(chunk: ProbeRunChunk, claim: Claim) -> JobOutcome:
+    """Ask the chunk's questions not answered yet, storing each answer as it comes, while
+    this worker holds its claim: "done", or why it stopped."""
+    run, chunk_id, token = chunk.run, chunk.id, claim.token
+    held = claim.checked(CLAIM_CHECK_SECONDS)
     key = ""  # the question being asked's count of requests sent (`sent_calls`)
     try:
         asker = ProbeAsker(asker_settings(run), seed=run.probe_set.seed)
@@ -272,38 +283,16 @@ def probe_chunk_run(*, chunk_id: int) -> JobOutcome:
     except Exception as exc:  # a poison chunk is set aside, and its run with it: never stuck
         # An outage (the database or the broker gone) hands the claim back and is raised
         # again here, for the task to retry: the chunk goes on from its last stored answer.
-        PROBE_CHUNK.fail(chunk_id, token, plain_error(exc))
+        claim.fail(plain_error(exc))
         logger.exception("probe chunk %s failed", chunk_id)
         probe_run_fail(run_id=run.id, error=f"chunk {chunk.index}: {plain_error(exc)}")
         return "failed"
-    finally:
-        claim_keeper.let_go(chunk_id)
-    if PROBE_CHUNK.finish(chunk_id, token):
-        _run_close_if_complete(run_id=run.id)
     return "done"
 
 
+# How often a chunk reads whether it is still its worker's (canceled, failed with its run,
+# taken over): at most once a second, so short calls do not pay a query each.
 CLAIM_CHECK_SECONDS = 1.0
-
-
-class _ClaimCheck:
-    """`ClaimLost` once the chunk is no longer this worker's (canceled, failed with its run,
-    taken over); read at most once a second, so short calls do not pay a query each."""
-
-    def __init__(self, *, chunk_id: int, token: str) -> None:
-        self.held = ProbeRunChunk.objects.filter(
-            id=chunk_id, claim_token=token, status=ProbeRunChunk.Status.RUNNING
-        )
-        self.chunk_id = chunk_id
-        self.checked = time.monotonic()  # just claimed
-
-    def check(self) -> None:
-        now = time.monotonic()
-        if now - self.checked < CLAIM_CHECK_SECONDS:
-            return
-        if not self.held.exists():
-            raise ClaimLost(f"probe chunk {self.chunk_id} is no longer this worker's")
-        self.checked = now
 
 
 def asker_settings(run: ProbeRun) -> RolloutSettings:
@@ -363,7 +352,7 @@ def _answer_store(
 ) -> None:
     """The answer and the run's counters in one transaction, only while this worker holds
     the chunk (else `ClaimLost`, and nothing is written). The claim's heartbeat is the
-    keeper's (`probes.claim_keeper`)."""
+    keeper's (`studio.claim_keeper`)."""
     error = is_error(asked.error_kind)
     correct = not error and bool(asked.choice) and asked.choice == question.answer
     answer = ProbeAnswer(

@@ -1,15 +1,17 @@
-"""A process's hold on the job rows it works on: one thread renews their claims.
+"""A process's hold on the job rows it works on: one thread per job kind renews their claims.
 
-A claimed job (an episode, a probe run's chunk) may wait a minute or more on one model call,
-longer than its claim stays fresh (its kind's stale window): a keeper renews every claim its
-process holds every third of that window, whatever the calls do. A claim then goes stale only
-when its worker is gone (killed, frozen, cut off), and is taken over within about that long.
-Each kind that needs it has one keeper (`ClaimKeeper(kind)`); one thread each, started with
-the first claim kept.
+A claimed job may stay silent longer than its claim stays fresh (its kind's stale window): an
+episode or a probe chunk waits a minute or more on one model call, an export zips for a
+while. The kind's keeper (`keeper_of(kind)`, through `JobKind.kept`) renews every claim of
+that kind its process holds every third of that window, whatever the jobs do. A claim then
+goes stale only when its worker is gone (killed, frozen, cut off), and is taken over within
+about that long. This is the one way a claim is kept alive; a job's progress written through
+its claim (`JobKind.renew`) renews it too.
 
-Each claim also records the worker's name (Celery's node name, `worker_name`): a worker that
-starts again under the same name (the demo's restart, a supervisor's) takes over at once what
-its predecessor held (`take_over_all`), instead of waiting for it to go stale.
+Each claim of a kind whose rows have a `worker` field also records the worker's name
+(Celery's node name, `worker_name`): a worker that starts again under the same name (the
+demo's restart, a supervisor's) takes over at once what its predecessor held
+(`take_over_all`), instead of waiting for it to go stale.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import connection
 from django.db.models import Q
@@ -35,7 +37,8 @@ logger = logging.getLogger(__name__)
 _name = f"{socket.gethostname()}:{os.getpid()}"
 # What a taken-over claim's heartbeat is set to: long stale, whatever the setting.
 _LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
-_keepers: list[ClaimKeeper] = []
+_keepers: dict[str, ClaimKeeper] = {}
+_keepers_lock = threading.Lock()
 
 
 def worker_name() -> str:
@@ -48,20 +51,33 @@ def name_worker(name: str) -> None:
     _name = name[:200]
 
 
+def keeper_of(kind: JobKind) -> ClaimKeeper:
+    """The kind's one keeper in this process (made at its first use)."""
+    with _keepers_lock:
+        keeper = _keepers.get(kind.name)
+        if keeper is None:
+            keeper = _keepers[kind.name] = ClaimKeeper(kind)
+        return keeper
+
+
 def take_over_all(name: str) -> dict[str, int]:
-    """Every keeper's `take_over` of what a worker of this name held: how many of each."""
-    return {keeper.kind.name: len(keeper.take_over(name)) for keeper in _keepers}
+    """What a worker of this name held, taken over (`ClaimKeeper.take_over`) for every
+    registered kind whose rows record their worker: how many of each."""
+    from studio.jobs import job_kinds
+
+    return {
+        kind.name: len(keeper_of(kind).take_over(name))
+        for kind in job_kinds()
+        if any(field.name == "worker" for field in kind.model._meta.concrete_fields)
+    }
 
 
 class ClaimKeeper:
-    def __init__(self, kind: JobKind, **taken_over: Any) -> None:
-        """`taken_over`: what `take_over` writes on the rows it takes (values or callables)."""
+    def __init__(self, kind: JobKind) -> None:
         self.kind = kind
-        self.taken_over = taken_over
         self._held: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        _keepers.append(self)
 
     def keep(self, pk: int, token: str) -> bool:
         """Renew this claim until `let_go`; True (for `finally: let_go`)."""
@@ -99,7 +115,7 @@ class ClaimKeeper:
         ids = list(held.values_list("pk", flat=True))
         if not ids:
             return []
-        fields = {k: v() if callable(v) else v for k, v in self.taken_over.items()}
+        fields = self.kind.taken_over() if self.kind.taken_over is not None else {}
         model.objects.filter(pk__in=ids, status=working, worker=name).update(
             heartbeat_at=_LONG_AGO, **fields
         )

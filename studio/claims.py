@@ -11,18 +11,25 @@ claimed or ended and does nothing. Which status means "being worked on" is the j
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connections, router, transaction
 from django.db.models import F, Field, ForeignKey, Model, Q, QuerySet
 from django.db.models.expressions import Col
 from django.utils import timezone
+
+from studio.outages import waited_out
+
+if TYPE_CHECKING:
+    from studio.jobs import JobKind
 
 PENDING = "pending"
 RUNNING = "running"
@@ -334,3 +341,71 @@ def jobs_to_resend(
     return jobs_stale(rows=rows, stale_after=stale_after, working=working) + jobs_waiting(
         rows=waiting, created_field=created_field
     )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim this worker holds on one row of a kind: what its job writes through, so that
+    a worker presumed dead and taken over writes nothing more (every write is refused)."""
+
+    kind: JobKind
+    pk: int
+    token: str
+
+    def renew(self, *, raise_lost: bool = False, **fields: Any) -> bool:
+        return self.kind.renew(self.pk, self.token, raise_lost=raise_lost, **fields)
+
+    def kept(self) -> contextlib.AbstractContextManager[None]:
+        return self.kind.kept(self.pk, self.token)
+
+    def finish(self, *, status: str = "", **fields: Any) -> bool:
+        return self.kind.finish(self.pk, self.token, status=status, **fields)
+
+    def fail(self, error: str, **fields: Any) -> bool:
+        return self.kind.fail(self.pk, self.token, error, **fields)
+
+    def release(self, **fields: Any) -> bool:
+        return self.kind.release(self.pk, self.token, **fields)
+
+    def hand_back(self) -> None:
+        self.kind.hand_back(self.pk, self.token)
+
+    def checked(self, every: float) -> ClaimCheck:
+        """A check of this claim that reads the row at most every `every` seconds."""
+        return ClaimCheck(self, every)
+
+
+class ClaimCheck:
+    """Whether a claim is still held, and the row's status, read at most every `every`
+    seconds: a job that asks a model many times a second checks before each call (a cancel
+    must stop it before its next call) without a read each time. While the database cannot
+    be reached it waits (`studio.outages.waited_out`): no call is made that a cancel might
+    have forbidden."""
+
+    def __init__(self, claim: Claim, every: float) -> None:
+        self.claim = claim
+        self.every = every
+        self._at = time.monotonic()  # just claimed
+        self._status = claim.kind.working
+
+    def check(self) -> None:
+        """`ClaimLost` unless the claim is held and its row still being worked on (not
+        canceled, nor failed with its parent)."""
+        if self.status() != self.claim.kind.working:
+            raise ClaimLost(f"{self.claim.kind.name} {self.claim.pk} is no longer worked on")
+
+    def status(self) -> str:
+        """The row's status while the claim is held; `ClaimLost` once another worker has it."""
+        now = time.monotonic()
+        if now - self._at < self.every:
+            return self._status
+        kind, pk = self.claim.kind, self.claim.pk
+        row = waited_out(
+            lambda: kind.model.objects.filter(pk=pk).values_list("claim_token", "status").first(),
+            what=f"{kind.name} {pk}",
+            seconds=settings.STUDIO_DATABASE_OUTAGE_SECONDS,
+        )
+        if row is None or row[0] != self.claim.token:
+            raise ClaimLost(f"{kind.name} {pk} is no longer this worker's")
+        self._at, self._status = now, row[1]
+        return self._status

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import logging
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,7 +29,7 @@ from django.db import connections, router, transaction
 from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
 
-from studio import claims, queue
+from studio import claim_keeper, claims, queue
 from studio.claims import DONE, PENDING, RUNNING, ClaimLost
 from studio.outages import (
     OUTAGES,
@@ -127,6 +126,9 @@ class JobKind:
     # "retry" is an outage of our own, retried without a cap. They stay far below the
     # broker's visibility timeout (2 h): a delayed message is never delivered twice for it.
     retry_countdowns: tuple[int, ...] = ()
+    # What a worker's takeover of its predecessor's rows writes on them, besides making them
+    # stale (`studio.claim_keeper.take_over_all`: an episode dates when its worker was lost).
+    taken_over: Callable[[], dict[str, Any]] | None = None
 
     def stale_after(self) -> timedelta:
         """Read at each call, so a setting changed (in a test, say) applies at once."""
@@ -276,6 +278,27 @@ class JobKind:
             **fields,
         )
 
+    def claim_returning(
+        self, pk: int, /, *, related: str, increment: tuple[str, ...] = (), **fields: Any
+    ) -> tuple[str, Model] | None:
+        """`claim`, and the row as it is once claimed with its foreign key `related` read
+        with it (one statement on PostgreSQL: `studio.claims.job_claim_returning`), for a
+        job whose every run starts by reading both (an episode and its batch). `increment`
+        names the columns the claim adds one to."""
+        return claims.job_claim_returning(
+            model=self.model,
+            pk=pk,
+            stale_after=self.stale_after(),
+            related=related,
+            working=self.working,
+            increment=increment,
+            **fields,
+        )
+
+    def held(self, pk: int, token: str, /) -> claims.Claim:
+        """The handle of a claim this worker holds (`Claim`)."""
+        return claims.Claim(self, pk, token)
+
     def unclaimed(self, pk: int) -> JobOutcome:
         """Why a claim failed: "busy" while another worker holds the row; else
         "done_already" (ended, gone, or not to be claimed)."""
@@ -294,41 +317,26 @@ class JobKind:
 
     @contextlib.contextmanager
     def kept(self, pk: int, token: str, /) -> Iterator[None]:
-        """Renew the claim every third of the stale window for as long as the block runs,
-        from a thread of its own, whatever the job does meanwhile (a phase that reports no
-        progress: an export's zipping, say). So the stale window says only how long a dead
-        worker goes unnoticed, not how long a job may stay silent."""
-        stop = threading.Event()
-
-        def renew_until_stopped() -> None:
-            every = max(0.5, self.stale_after().total_seconds() / 3)
-            while not stop.wait(every):
-                try:
-                    if not self.renew(pk, token):
-                        return  # lost (taken over): the job finds out at its next write
-                except Exception:  # the database is down: try again at the next round
-                    logger.info("%s %s: could not renew its claim", self.name, pk)
-                finally:
-                    connections.close_all()  # this thread's own connection
-
-        renewer = threading.Thread(
-            target=renew_until_stopped, name=f"{self.name}-{pk}-claim", daemon=True
-        )
-        renewer.start()
+        """Have this process's keeper renew the claim (`studio.claim_keeper`) for as long as
+        the block runs, whatever the job does meanwhile (a model call that takes minutes, an
+        export's zipping). So the stale window says only how long a dead worker goes
+        unnoticed, not how long a job may stay silent."""
+        keeper = claim_keeper.keeper_of(self)
+        keeper.keep(pk, token)
         try:
             yield
         finally:
-            stop.set()
-            renewer.join(timeout=5)
+            keeper.let_go(pk)
 
-    def finish(self, pk: int, token: str, /, **fields: Any) -> bool:
-        """End the job as done (the kind's `finished` status) with its results in `fields`;
-        False: the claim was lost, nothing was written."""
+    def finish(self, pk: int, token: str, /, *, status: str = "", **fields: Any) -> bool:
+        """End the job as done (the kind's `finished` status, or `status`: an episode that
+        failed ends with its batch's counters in the same transaction) with its results in
+        `fields`; False: the claim was lost, nothing was written."""
         return claims.job_finish(
             model=self.model,
             pk=pk,
             token=token,
-            status=self.finished,
+            status=status or self.finished,
             working=self.working,
             stamp_finish=self.stamp_finish,
             **fields,
@@ -347,12 +355,7 @@ class JobKind:
         """
         handled = sys.exc_info()[1]
         if is_outage(handled):
-            connection = connections[router.db_for_write(self.model)]
-            with contextlib.suppress(*OUTAGES):
-                if not connection.in_atomic_block:
-                    # A broken connection is not reopened by itself within a task.
-                    connection.close_if_unusable_or_obsolete()
-                self.release(pk, token)
+            self.hand_back(pk, token)
             raise handled
         return claims.job_fail(
             model=self.model,
@@ -375,6 +378,17 @@ class JobKind:
             claim_token="",
             **fields,
         )
+
+    def hand_back(self, pk: int, token: str, /) -> None:
+        """`release` after an outage, for the task's next try to claim the row at once; while
+        the database is still down it writes nothing, and the claim goes stale for a
+        takeover instead."""
+        connection = connections[router.db_for_write(self.model)]
+        with contextlib.suppress(*OUTAGES):
+            if not connection.in_atomic_block:
+                # A broken connection is not reopened by itself within a task.
+                connection.close_if_unusable_or_obsolete()
+            self.release(pk, token)
 
 
 def most_at_once(rows: QuerySet) -> int:

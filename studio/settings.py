@@ -269,7 +269,7 @@ STUDIO_BULK_FLAG_STALE_SECONDS = env.int("STUDIO_BULK_FLAG_STALE_SECONDS", defau
 # ten minutes after its worker was killed).
 STUDIO_EXPORT_STALE_SECONDS = env.int("STUDIO_EXPORT_STALE_SECONDS", default=60)
 STUDIO_IMPORT_STALE_SECONDS = env.int("STUDIO_IMPORT_STALE_SECONDS", default=600)
-# A probe run's chunk is renewed every third of this by its process (`probes.claim_keeper`),
+# A probe run's chunk is renewed every third of this by its process (`studio.claim_keeper`),
 # however long a model call takes: this is how long a dead worker's chunk goes unnoticed.
 STUDIO_PROBE_CHUNK_STALE_SECONDS = env.int("STUDIO_PROBE_CHUNK_STALE_SECONDS", default=30)
 # A model episode writes each turn as it is played, at most this often (seconds): calls that

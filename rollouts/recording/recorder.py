@@ -11,6 +11,7 @@ from (`ResumePoint`) instead of paid for again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -20,16 +21,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings as django_settings
-from django.db import (
-    InterfaceError,
-    OperationalError,
-    connection,
-    connections,
-    transaction,
-)
-from django.utils import timezone
+from django.db import connection, connections, transaction
 
 from rollouts.game.crafter_env import ACTION_INDEX, StudioEnv, encode_png, text_observation
+from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, Turn
 from rollouts.policies.base import (
     Decision,
@@ -38,11 +33,11 @@ from rollouts.policies.base import (
     Policy,
     PolicyUnavailable,
 )
-from rollouts.recording import claim_keeper, sent_calls
+from rollouts.recording import sent_calls
 from rollouts.recording.frame_store import FrameStore, frame_name
 from rollouts.rollout_settings import RolloutSettings
-from studio.claims import ClaimLost
-from studio.jobs import is_outage
+from studio.claims import ClaimCheck, ClaimLost, job_heartbeat
+from studio.outages import waited_out
 from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait
 
@@ -65,10 +60,6 @@ class EpisodeCanceled(Exception):
     `decision`: raised between two tries of a call, what the tries before it sent."""
 
     decision: Decision | None = None
-
-
-# Lost connections to the database: waited out (reconnect, back off), never an episode's fault.
-DATABASE_GONE = (OperationalError, InterfaceError)
 
 
 # Fields of an original turn that a fork's replayed prefix copies: what was decided, and how.
@@ -274,30 +265,30 @@ class EpisodeRecorder:
         self._writer: ThreadPoolExecutor | None = None
         # Set by a write that found the batch canceled: the episode stops at its next turn.
         self._canceled = False
-        self._claim_checked = 0.0
+        self._claim_check: ClaimCheck | None = None
         self._written_at = time.monotonic()
 
     def play(self) -> EpisodeTotals:
         # While it plays, this process renews the episode's claim every few seconds, however
         # long a model call takes: a worker that stops doing so is presumed dead within
-        # STUDIO_EPISODE_STALE_SECONDS and its episodes are taken over.
-        kept = self._background and claim_keeper.keep(self.episode.id, self.claim_token)
-        try:
-            return self._play()
-        except (ClaimLost, ForkDiverged, ResumeDiverged):
-            # A diverged replay writes nothing: the fork's prefix is never flushed before
-            # it has been checked whole.
-            self.store.discard_staged()
-            raise
-        except EpisodeCanceled:
-            raise  # what it played is written already
-        except BaseException:
-            self._save_what_was_played()
-            raise
-        finally:
-            if kept:
-                claim_keeper.let_go(self.episode.id)
-            self._close_writer()
+        # STUDIO_EPISODE_STALE_SECONDS and its episodes are taken over. (Inside a caller's
+        # transaction the keeper's own connection would not see the claim.)
+        claim = EPISODE.held(self.episode.id, self.claim_token)
+        with claim.kept() if self._background else contextlib.nullcontext():
+            try:
+                return self._play()
+            except (ClaimLost, ForkDiverged, ResumeDiverged):
+                # A diverged replay writes nothing: the fork's prefix is never flushed before
+                # it has been checked whole.
+                self.store.discard_staged()
+                raise
+            except EpisodeCanceled:
+                raise  # what it played is written already
+            except BaseException:
+                self._save_what_was_played()
+                raise
+            finally:
+                self._close_writer()
 
     def _save_what_was_played(self) -> None:
         """On failure, keep the turns played so far: they show reviewers how it failed."""
@@ -333,7 +324,7 @@ class EpisodeRecorder:
         if self.prefix_only:
             self.flush(final=True)
             return self.totals
-        self._claim_checked = time.monotonic()
+        self._claim_check = EPISODE.held(episode.id, self.claim_token).checked(CLAIM_CHECK_SECONDS)
         if self.live and hasattr(self.policy, "before_retry"):
             self.policy.before_retry = self._check_claim
         if self.live and hasattr(self.policy, "on_send"):
@@ -454,50 +445,15 @@ class EpisodeRecorder:
         return True
 
     def _check_claim(self) -> None:
-        self._claim_checked = self._still_claimed(self._claim_checked)
-
-    def _still_claimed(self, checked: float) -> float:
-        """When the claim was last seen held; ClaimLost once another worker has it,
-        EpisodeCanceled once its batch was canceled. While the database cannot be reached,
-        it waits (no call is made that a cancel might have forbidden)."""
-        now = time.monotonic()
-        if now - checked < CLAIM_CHECK_SECONDS:
-            return checked
-        row = self._through_outage(
-            lambda: (
-                Episode.objects.filter(id=self.episode.id)
-                .values_list("claim_token", "status")
-                .first()
+        """ClaimLost once another worker has the episode, EpisodeCanceled once its batch was
+        canceled; read at most every CLAIM_CHECK_SECONDS, waiting while the database cannot
+        be reached (no call is made that a cancel might have forbidden)."""
+        if self._claim_check is None:
+            self._claim_check = EPISODE.held(self.episode.id, self.claim_token).checked(
+                CLAIM_CHECK_SECONDS
             )
-        )
-        if row is None or row[0] != self.claim_token:
-            raise ClaimLost(f"episode {self.episode.id} is no longer this worker's")
-        if row[1] == Episode.Status.CANCELED:
+        if self._claim_check.status() == Episode.Status.CANCELED:
             raise EpisodeCanceled(f"episode {self.episode.id}: its batch was canceled")
-        return now
-
-    def _through_outage(self, read: Callable[[], object]) -> object:
-        """`read()`, retried while the database is unreachable, up to
-        STUDIO_DATABASE_OUTAGE_SECONDS; then the error goes to the service (which leaves the
-        episode to be resumed later, never failed). Inside a caller's transaction: no retry."""
-        deadline = time.monotonic() + django_settings.STUDIO_DATABASE_OUTAGE_SECONDS
-        pause = 0.25
-        while True:
-            try:
-                return read()
-            except DATABASE_GONE as exc:
-                if not self._wait_out(exc, deadline):
-                    raise
-                logger.warning("episode %s: database unreachable, waiting", self.episode.id)
-                connection.close()  # the next try opens a new connection
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
-
-    def _wait_out(self, exc: Exception, deadline: float) -> bool:
-        """Whether to wait for the database and try again: a lost connection
-        (`studio.jobs.is_outage`; not a statement the server refused), outside a caller's
-        transaction, before the deadline."""
-        return is_outage(exc) and not connection.in_atomic_block and time.monotonic() < deadline
 
     def _execute(
         self, env: StudioEnv, actions: list[str], frame: Frame, png: bytes, unlocked: set[str]
@@ -737,21 +693,12 @@ class EpisodeRecorder:
         database is unreachable; a chunk whose commit was lost with the connection, but
         made it, is not written twice."""
         self.store.write_many(files)
-        deadline = time.monotonic() + django_settings.STUDIO_DATABASE_OUTAGE_SECONDS
-        pause = 0.25
-        while True:
-            try:
-                self._write_rows(frames, turns, live, end=end)
-                return
-            except DATABASE_GONE as exc:
-                if not self._wait_out(exc, deadline):
-                    raise
-                logger.warning("episode %s: database unreachable, waiting", self.episode.id)
-                connection.close()
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
-                if self._landed(frames, turns, end):
-                    return
+        waited_out(
+            lambda: self._write_rows(frames, turns, live, end=end),
+            what=f"episode {self.episode.id}",
+            seconds=django_settings.STUDIO_DATABASE_OUTAGE_SECONDS,
+            landed=lambda: self._landed(frames, turns, end),
+        )
 
     def _landed(self, frames: list[Frame], turns: list[Turn], end) -> bool:
         """Whether a chunk whose commit failed with its connection was committed after all
@@ -767,10 +714,7 @@ class EpisodeRecorder:
             )
         else:
             return False
-        try:
-            return written.exists()
-        except DATABASE_GONE:
-            return False
+        return written.exists()
 
     def _write_rows(
         self,
@@ -796,25 +740,17 @@ class EpisodeRecorder:
     def _renew(self, live: dict[str, int]) -> None:
         """Renew the claim with the episode's step and counters; a canceled episode's rows are
         still written (its worker holds the claim until it stops), then it stops."""
-        table = Episode._meta.db_table
-        values = {"heartbeat_at": timezone.now(), **live}
-        sets = ", ".join(f"{name} = %s" for name in values)
-        params = [*values.values(), self.episode.id, self.claim_token]
-        # In SQL: a model episode renews on every turn, and the ORM's UPDATE costs ~1 ms of
-        # CPU to build on the core its calls share.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET {sets} WHERE id = %s AND claim_token = %s AND status = %s",
-                [*params, Episode.Status.RUNNING],
-            )
-            if cursor.rowcount == 1:
-                return
-            cursor.execute(
-                f"UPDATE {table} SET {sets} WHERE id = %s AND claim_token = %s AND status = %s",
-                [*params, Episode.Status.CANCELED],
-            )
-            if cursor.rowcount != 1:
-                raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
+        if EPISODE.renew(self.episode.id, self.claim_token, **live):
+            return
+        canceled = job_heartbeat(
+            model=Episode,
+            pk=self.episode.id,
+            token=self.claim_token,
+            working=Episode.Status.CANCELED,
+            **live,
+        )
+        if not canceled:
+            raise ClaimLost(f"episode {self.episode.id} was claimed by another worker")
         self._canceled = True
 
     def _canceled_here(self) -> bool:

@@ -26,10 +26,9 @@ from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.policies import build_policy
 from rollouts.policies.base import PolicyUnavailable
-from rollouts.recording import claim_keeper, sent_calls
+from rollouts.recording import sent_calls
 from rollouts.recording.fork_replay import fork_prefix_of
 from rollouts.recording.recorder import (
-    DATABASE_GONE,
     EPISODE_COUNTERS,
     EpisodeCanceled,
     EpisodeRecorder,
@@ -41,7 +40,8 @@ from rollouts.recording.recorder import (
 )
 from rollouts.rollout_settings import RolloutSettings
 from rollouts.selectors_spend import endpoint_prices
-from studio import claims, queue
+from studio import queue
+from studio.claim_keeper import worker_name
 from studio.errors import plain_error
 from studio.jobs import ClaimLost, JobOutcome, error_cut, is_outage
 from studio.row_copy import copy_rows
@@ -313,14 +313,8 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
     """`episode_claim`, and the episode (with its batch) as it is once claimed."""
     # One statement on PostgreSQL: the claim returns the episode and its batch (on the
     # critical path of every episode, it was a claim and then a read).
-    claimed = claims.job_claim_returning(
-        model=Episode,
-        pk=episode_id,
-        stale_after=EPISODE.stale_after(),
-        related="batch",
-        increment=("attempts",),
-        error="",
-        worker=claim_keeper.worker_name(),
+    claimed = EPISODE.claim_returning(
+        episode_id, related="batch", increment=("attempts",), error="", worker=worker_name()
     )
     if claimed is None:
         return None
@@ -378,7 +372,7 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
         if not is_outage(exc):
             raise
         logger.warning("episode %s: %s; handed back, to resume", episode_id, plain_error(exc))
-        _episode_hand_back(episode=episode, claim_token=token)
+        EPISODE.hand_back(episode_id, token)
         return "retry"
     finally:
         policy.close()
@@ -519,17 +513,6 @@ def _episode_start_over(*, episode: Episode, note: str) -> None:
         )
 
 
-def _episode_hand_back(*, episode: Episode, claim_token: str) -> None:
-    """Give the claim back (pending) so that the task's retry takes it at once; while the
-    database is still down this fails, and the claim goes stale for a takeover instead."""
-    try:
-        Episode.objects.filter(
-            id=episode.id, claim_token=claim_token, status=Episode.Status.RUNNING
-        ).update(status=Episode.Status.PENDING, claim_token="")
-    except DATABASE_GONE:
-        connection.close()
-
-
 def _episode_canceled(*, episode: Episode, claim_token: str, totals: EpisodeTotals) -> None:
     """A canceled episode's worker lets go: its last counters (its rows are written), and
     the batch's share of them not counted yet. The batch counted it as ended at the cancel."""
@@ -601,13 +584,8 @@ def _episode_end_rows(
     that also writes the episode's last rows, when it finishes: `EpisodeRecorder(end=...)`).
     False: the claim was lost, and nothing was written."""
     now = timezone.now()
-    ended = claims.job_finish(
-        model=Episode,
-        pk=episode.id,
-        token=claim_token,
-        status=status,
-        error=error,
-        **totals.as_fields(),
+    ended = EPISODE.finish(
+        episode.id, claim_token, status=status, error=error, **totals.as_fields()
     )
     if not ended:
         return False
