@@ -10,8 +10,11 @@ from studio.jobs import JobKind, register
 
 
 def _of_open_runs() -> QuerySet:
-    # A failed run stopped (its endpoint was unusable): its chunks wait for a resume.
-    return ProbeRunChunk.objects.exclude(run__status=ProbeRun.Status.FAILED)
+    # A failed run stopped (its endpoint was unusable), a canceled one was stopped: their
+    # chunks wait for a resume.
+    return ProbeRunChunk.objects.exclude(
+        run__status__in=[ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED]
+    )
 
 
 # A chunk's process renews its claim every third of its window, however long a call takes

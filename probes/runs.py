@@ -19,10 +19,9 @@ import functools
 import logging
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Count, F, Max, Min
 from django.utils import timezone
 
@@ -44,6 +43,7 @@ from studio.endpoints import (
     endpoint_get,
 )
 from studio.errors import plain_error
+from studio.job_groups import JobGroup, run_inline
 from studio.jobs import ClaimLost, JobOutcome
 from studio.models import Endpoint
 from studio.spend import prices_of, spend, spend_json
@@ -56,6 +56,19 @@ CHUNK_SIZE = 64
 MAX_CONCURRENCY = 256  # as a batch's (`RolloutSettings.concurrency`)
 ERROR_BYTES = 4000
 OPEN = (ProbeRun.Status.PENDING, ProbeRun.Status.RUNNING)
+
+
+# A run's chunks, as a group (`studio.job_groups`): sent, resumed and canceled together. A
+# canceled chunk is failed (with the error "canceled"): its run says it was canceled.
+CHUNKS = JobGroup(
+    parent=ProbeRun,
+    children=PROBE_CHUNK,
+    link="run",
+    done=ProbeRunChunk.Status.DONE,
+    stopped=(ProbeRunChunk.Status.FAILED,),
+    parent_canceled=ProbeRun.Status.CANCELED,
+    child_canceled=ProbeRunChunk.Status.FAILED,
+)
 
 
 class RunError(ValueError):
@@ -126,8 +139,7 @@ def probe_run_create(
             for i, start in enumerate(range(first, last, size))
         )
         if enqueue:
-            ids = [chunk.id for chunk in chunks]
-            transaction.on_commit(lambda: PROBE_CHUNK.enqueue_many(ids))
+            CHUNKS.send_on_commit([chunk.id for chunk in chunks])
     return run
 
 
@@ -149,57 +161,24 @@ def probe_run_inline(
         .values_list("id", flat=True)
     )
     workers = run.concurrency if workers is None else workers
-    if transaction.get_connection().in_atomic_block:
-        workers = 1
-
-    def ask(chunk_id: int) -> JobOutcome:
-        try:
-            return probe_chunk_run(chunk_id=chunk_id)
-        finally:
-            if workers > 1:
-                close_old_connections()
 
     def advanced() -> None:
         if progress is not None:
             progress(ProbeRun.objects.values_list("answered", flat=True).get(id=run.id))
 
-    if min(workers, len(ids)) <= 1:
-        for chunk_id in ids:
-            ask(chunk_id)
-            advanced()
-    else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(ids))) as pool:
-            for _ in pool.map(ask, ids):
-                advanced()
+    run_inline(
+        ids, lambda chunk_id: probe_chunk_run(chunk_id=chunk_id), workers=workers, advanced=advanced
+    )
     run.refresh_from_db()
     return run
 
 
 def probe_run_resume(*, run: ProbeRun, enqueue: bool = True) -> int:
-    """Ask again what a failed run left: its failed chunks start again (skipping what they
-    answered), pending ones are sent again. Returns how many chunks are left to ask."""
-    with transaction.atomic():
-        locked = ProbeRun.objects.select_for_update().get(id=run.id)
-        ProbeRunChunk.objects.filter(run=locked, status=ProbeRunChunk.Status.FAILED).update(
-            status=ProbeRunChunk.Status.PENDING,
-            error="",
-            claim_token="",
-            finished_at=None,
-            enqueued_at=None if enqueue else timezone.now(),
-        )
-        left = list(
-            locked.chunks.exclude(status=ProbeRunChunk.Status.DONE).values_list("id", flat=True)
-        )
-        if left:
-            ProbeRun.objects.filter(id=locked.id).update(
-                status=ProbeRun.Status.RUNNING if locked.started_at else ProbeRun.Status.PENDING,
-                error="",
-                finished_at=None,
-            )
-            if enqueue:
-                transaction.on_commit(lambda: PROBE_CHUNK.enqueue_many(left))
+    """Ask again what a failed or canceled run left: its stopped chunks start again (skipping
+    what they answered), pending ones are sent again. Returns how many chunks are left."""
+    left = CHUNKS.resume(run.id, enqueue=enqueue)
     run.refresh_from_db()
-    return len(left)
+    return left
 
 
 def probe_run_fail(*, run_id: int, error: str) -> int:
@@ -219,15 +198,12 @@ def probe_run_fail(*, run_id: int, error: str) -> int:
     return stopped
 
 
-CANCELED = "canceled"
-
-
 def probe_run_cancel(*, run: ProbeRun) -> int:
-    """Stop a pending or running run (`probe_run --cancel`): it fails as "canceled", keeping
+    """Stop a pending or running run (`probe_run --cancel`): it ends as canceled, keeping
     what it answered; no question of it is asked after a second (each chunk looks at its
     claim before each call, at most once a second). `probe_run_resume` asks the rest.
     Returns how many chunks were stopped."""
-    stopped = probe_run_fail(run_id=run.id, error=CANCELED)
+    stopped = CHUNKS.cancel(run.id)
     run.refresh_from_db()
     return stopped
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -43,6 +42,7 @@ from rollouts.selectors_spend import endpoint_prices
 from studio import queue
 from studio.claim_keeper import worker_name
 from studio.errors import plain_error
+from studio.job_groups import JobGroup, run_inline
 from studio.jobs import ClaimLost, JobOutcome, error_cut, is_outage
 from studio.row_copy import copy_rows
 from studio.transactions import commit_without_flush_wait, fetch_and_commit
@@ -56,6 +56,17 @@ EPISODE_ENDED = (Episode.Status.FINISHED, Episode.Status.FAILED, Episode.Status.
 # A progress bar for a batch played inline: (batch, episodes to play) -> a tqdm-like bar.
 Progress = Callable[[RolloutBatch, int], contextlib.AbstractContextManager[Any]]
 
+
+# A batch's episodes, as a group (`studio.job_groups`): sent, resumed and canceled together.
+EPISODES = JobGroup(
+    parent=RolloutBatch,
+    children=EPISODE,
+    link="batch",
+    done=Episode.Status.FINISHED,
+    stopped=(Episode.Status.FAILED, Episode.Status.CANCELED),
+    parent_canceled=RolloutBatch.Status.CANCELED,
+    child_canceled=Episode.Status.CANCELED,
+)
 
 # The row counters that `sent_calls` counts too, as requests leave.
 SENT_FIELDS = (sent_calls.FIRST_TRIES, sent_calls.RETRIES)
@@ -108,7 +119,7 @@ def batch_create(
         if enqueue and all(ids) and batch.policy != RolloutBatch.Policy.HUMAN:
             # New episodes, never sent: no need to look them up and clear their stamps first
             # (two statements and a commit before the first message, on every episode's path).
-            transaction.on_commit(lambda: EPISODE.enqueue_many(ids))
+            EPISODES.send_on_commit(ids)
         elif enqueue:  # a database that does not return the new ids
             transaction.on_commit(lambda: batch_enqueue(batch=batch))
     return batch
@@ -155,30 +166,14 @@ def batch_play_inline(
     if workers is None:
         settings = batch_settings(batch)
         workers = settings.concurrency if settings.policy == "openai" else 1
-    if transaction.get_connection().in_atomic_block:
-        # Other threads' connections cannot see what this transaction has not committed yet
-        # (a caller's atomic block, a test): they would find no episode to play.
-        workers = 1
     bar = progress(batch, len(ids)) if progress is not None else _NoProgress()
-
-    def play(episode_id: int) -> JobOutcome:
-        return episode_run(episode_id=episode_id, cli_api_key=cli_api_key)
-
-    def play_in_thread(episode_id: int) -> JobOutcome:
-        try:
-            return play(episode_id)
-        finally:
-            close_old_connections()
-
     with bar:
-        if min(workers, len(ids)) <= 1:
-            for episode_id in ids:
-                play(episode_id)
-                bar.update(1)
-        else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                for _ in pool.map(play_in_thread, ids):
-                    bar.update(1)
+        run_inline(
+            ids,
+            lambda episode_id: episode_run(episode_id=episode_id, cli_api_key=cli_api_key),
+            workers=workers,
+            advanced=lambda: bar.update(1),
+        )
     batch.refresh_from_db()
     return batch
 
@@ -201,10 +196,7 @@ def batch_enqueue(*, batch: RolloutBatch) -> int:
         .order_by("seed", "sample")
         .values_list("id", flat=True)
     )
-    if ids:
-        # Re-sent episodes count as never sent until their new message has left.
-        Episode.objects.filter(id__in=ids, status=Episode.Status.PENDING).update(enqueued_at=None)
-    return EPISODE.enqueue_many(ids)
+    return EPISODES.send_again(ids)
 
 
 def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
@@ -214,35 +206,13 @@ def batch_resume(*, batch: RolloutBatch, enqueue: bool = True) -> int:
     Resume. Returns how many episodes are left to play."""
     if batch.policy == RolloutBatch.Policy.HUMAN:
         return 0  # a person's game is played on in the browser, or forked
-    with transaction.atomic():
-        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
-        # Replayed from their recorded turns when played again (episode_run, attempts > 1).
-        reset = Episode.objects.filter(
-            batch=locked, status__in=[Episode.Status.FAILED, Episode.Status.CANCELED]
-        ).update(
-            status=Episode.Status.PENDING,
-            error="",
-            claim_token="",
-            finished_at=None,
-            resume_note=RESUME_REQUESTED,
-        )
-        left = locked.episodes.exclude(status=Episode.Status.FINISHED).count()
-        if not enqueue:
-            # The caller plays them (`--inline`): the periodic requeue must leave them alone.
-            Episode.objects.filter(batch=locked, status=Episode.Status.PENDING).update(
-                enqueued_at=timezone.now()
-            )
-        if left:
-            RolloutBatch.objects.filter(id=locked.id).update(
-                episodes_failed=F("episodes_failed") - reset,
-                status=RolloutBatch.Status.RUNNING
-                if locked.started_at
-                else RolloutBatch.Status.PENDING,
-                error="",
-                finished_at=None,
-            )
-        if enqueue and left:
-            transaction.on_commit(lambda: batch_enqueue(batch=locked))
+    # Replayed from their recorded turns when played again (episode_run, attempts > 1).
+    left = EPISODES.resume(
+        batch.id,
+        enqueue=enqueue,
+        child_fields={"resume_note": RESUME_REQUESTED},
+        parent_fields=lambda reset: {"episodes_failed": F("episodes_failed") - reset},
+    )
     batch.refresh_from_db()
     return left
 
@@ -251,42 +221,37 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
     """Stop a pending or running batch: its unfinished episodes end as canceled. A worker
     playing one keeps its claim, writes what it played, stops before its next model call
     (`EpisodeRecorder`) and lets go (`_episode_canceled`). Returns episodes stopped."""
-    now = timezone.now()
-    with transaction.atomic():
-        locked = RolloutBatch.objects.select_for_update().get(id=batch.id)
-        if locked.status not in (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING):
-            return 0
-        # An episode whose worker is gone (a stale claim) will not let go by itself: its
-        # calls, counted on its row with each turn, are counted on the batch here.
-        dead = Episode.objects.filter(
-            batch=locked,
-            status=Episode.Status.RUNNING,
-            heartbeat_at__lt=now - EPISODE.stale_after(),
-        )
-        unheld = dead.aggregate(**{name: Sum(name) for name in EPISODE_COUNTERS})
-        # ... and the requests they sent that no written turn counts (Redis gone: a cancel
-        # still goes through, with the rows' counts).
-        with contextlib.suppress(RedisError):
-            for row in dead.values("id", *SENT_FIELDS):
-                for name, value in sent_calls.unsettled_calls(
-                    sent_calls.episode_key(row["id"], batch_created_at=locked.created_at),
-                    counted=row,
-                ).items():
-                    unheld[name] = (unheld[name] or 0) + value
-        dead.update(claim_token="")
-        stopped = Episode.objects.filter(
-            batch=locked, status__in=[Episode.Status.PENDING, Episode.Status.RUNNING]
-        ).update(status=Episode.Status.CANCELED, error="canceled", finished_at=now)
-        if unheld["model_calls"]:
-            _batch_credit(batch_id=locked.id, credit=batch_counters_of(unheld))
-        RolloutBatch.objects.filter(id=locked.id).update(
-            status=RolloutBatch.Status.CANCELED,
-            episodes_failed=F("episodes_failed") + stopped,
-            error="canceled",
-            finished_at=now,
-        )
+    stopped = EPISODES.cancel(
+        batch.id,
+        before=_batch_credit_dead_episodes,
+        parent_fields=lambda stopped: {"episodes_failed": F("episodes_failed") + stopped},
+    )
     batch.refresh_from_db()
     return stopped
+
+
+def _batch_credit_dead_episodes(batch: RolloutBatch) -> None:
+    """Under the canceled batch's lock: an episode whose worker is gone (a stale claim) will
+    not let go by itself, so its calls, counted on its row with each turn, are counted on
+    the batch here."""
+    dead = Episode.objects.filter(
+        batch=batch,
+        status=Episode.Status.RUNNING,
+        heartbeat_at__lt=timezone.now() - EPISODE.stale_after(),
+    )
+    unheld = dead.aggregate(**{name: Sum(name) for name in EPISODE_COUNTERS})
+    # ... and the requests they sent that no written turn counts (Redis gone: a cancel
+    # still goes through, with the rows' counts).
+    with contextlib.suppress(RedisError):
+        for row in dead.values("id", *SENT_FIELDS):
+            for name, value in sent_calls.unsettled_calls(
+                sent_calls.episode_key(row["id"], batch_created_at=batch.created_at),
+                counted=row,
+            ).items():
+                unheld[name] = (unheld[name] or 0) + value
+    dead.update(claim_token="")
+    if unheld["model_calls"]:
+        _batch_credit(batch_id=batch.id, credit=batch_counters_of(unheld))
 
 
 def batch_episodes_still_playing(*, batch: RolloutBatch) -> int:

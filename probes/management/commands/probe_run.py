@@ -15,7 +15,7 @@ from probes.prompting import OBSERVATIONS
 from studio.commands import StudioCommand, progress_bar, usage_error
 from studio.queue import QUEUE_UNREACHABLE
 
-ENDED = (ProbeRun.Status.DONE, ProbeRun.Status.FAILED)
+ENDED = (ProbeRun.Status.DONE, ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED)
 
 
 class Command(StudioCommand):
@@ -84,12 +84,14 @@ class Command(StudioCommand):
             self._wait(run)
         summary = runs.probe_run_summary(run=run)
         self.stdout.write(json.dumps(summary))
-        if (options["inline"] or options["wait"]) and run.status == ProbeRun.Status.FAILED:
-            # Scripts that wait must be able to tell a run that failed from one that did not.
+        stopped = (ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED)
+        if (options["inline"] or options["wait"]) and run.status in stopped:
+            # Scripts that wait must be able to tell a run that failed (or was canceled while
+            # they waited) from one that did not.
             reason = run.error.splitlines()[0] if run.error else "see the run's page"
             raise CommandError(
-                f"probe run {run.id} failed after {run.answered} of {run.questions_total} "
-                f"questions: {reason}",
+                f"probe run {run.id} {run.status} after {run.answered} of "
+                f"{run.questions_total} questions: {reason}",
                 returncode=1,
             )
 
