@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from probes import runs
+from probes import chunks
 from probes.jobs import PROBE_CHUNK
 from studio.jobs import JobOutcome, job_task
 
 
 @job_task(PROBE_CHUNK)
 def probe_chunk_run(chunk_id: int) -> JobOutcome:
-    return runs.probe_chunk_run(chunk_id=chunk_id)
+    return chunks.probe_chunk_run(chunk_id=chunk_id)

@@ -31,8 +31,8 @@ from probes.runs import (
     probe_run_cancel,
     probe_run_create,
     probe_run_resume,
-    run_answer_records,
 )
+from probes.selectors_runs import run_answer_records
 from probes.services import ProbeSetError, probe_set_create
 from rollouts.models import REVIEW_PERMISSION
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection, selection_summary

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from probes import runs
+from probes import runs, selectors_runs
 from probes.jobs import PROBE_CHUNK
 from probes.models import ProbeRun, ProbeSet
 from probes.prompting import OBSERVATIONS
@@ -82,7 +82,7 @@ class Command(StudioCommand):
             self.stderr.write(f"{QUEUE_UNREACHABLE}; the run will start when it is back")
         if options["wait"]:
             self._wait(run)
-        summary = runs.probe_run_summary(run=run)
+        summary = selectors_runs.probe_run_summary(run=run)
         self.stdout.write(json.dumps(summary))
         stopped = (ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED)
         if (options["inline"] or options["wait"]) and run.status in stopped:
@@ -104,7 +104,7 @@ class Command(StudioCommand):
         else:
             stopped = runs.probe_run_cancel(run=run)
             self.stderr.write(f"Probe run {run.id} canceled: {stopped} chunk(s) stopped.")
-        self.stdout.write(json.dumps(runs.probe_run_summary(run=run)))
+        self.stdout.write(json.dumps(selectors_runs.probe_run_summary(run=run)))
 
     def _create(self, options: dict[str, Any]) -> ProbeRun:
         if options["set_id"] is None:
