@@ -19,7 +19,7 @@ class RolloutsConfig(AppConfig):
         worker_warm_up.connect(_build_a_game, weak=False)
 
         # Registers the job kinds with the periodic requeue and a restarted worker's
-        # take-over (`studio.claim_keeper.take_over_all`).
+        # take-over (`studio.jobs.take_over_all`).
         from rollouts import jobs  # noqa: F401
 
 

@@ -11,7 +11,7 @@ its claim (`JobKind.renew`) renews it too.
 Each claim of a kind whose rows have a `worker` field also records the worker's name
 (Celery's node name, `worker_name`): a worker that starts again under the same name (the
 demo's restart, a supervisor's) takes over at once what its predecessor held
-(`take_over_all`), instead of waiting for it to go stale.
+(`studio.jobs.take_over_all`), instead of waiting for it to go stale.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any
 
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-if TYPE_CHECKING:
-    from studio.jobs import JobKind
+# A job kind (`studio.jobs.JobKind`, which imports this module): its name, model, working
+# status, stale window, `taken_over` and `enqueue_many` are what a keeper reads.
+JobKind = Any
 
 logger = logging.getLogger(__name__)
 
@@ -58,18 +59,6 @@ def keeper_of(kind: JobKind) -> ClaimKeeper:
         if keeper is None:
             keeper = _keepers[kind.name] = ClaimKeeper(kind)
         return keeper
-
-
-def take_over_all(name: str) -> dict[str, int]:
-    """What a worker of this name held, taken over (`ClaimKeeper.take_over`) for every
-    registered kind whose rows record their worker: how many of each."""
-    from studio.jobs import job_kinds
-
-    return {
-        kind.name: len(keeper_of(kind).take_over(name))
-        for kind in job_kinds()
-        if any(field.name == "worker" for field in kind.model._meta.concrete_fields)
-    }
 
 
 class ClaimKeeper:

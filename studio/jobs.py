@@ -58,6 +58,7 @@ __all__ = [
     "outage_said_in_one_line",
     "register",
     "retry_after_outage",
+    "take_over_all",
 ]
 
 # What a job's task reports; a task retries on "busy" (another worker holds a fresh claim)
@@ -127,7 +128,7 @@ class JobKind:
     # broker's visibility timeout (2 h): a delayed message is never delivered twice for it.
     retry_countdowns: tuple[int, ...] = ()
     # What a worker's takeover of its predecessor's rows writes on them, besides making them
-    # stale (`studio.claim_keeper.take_over_all`: an episode dates when its worker was lost).
+    # stale (`take_over_all`: an episode dates when its worker was lost).
     taken_over: Callable[[], dict[str, Any]] | None = None
 
     def stale_after(self) -> timedelta:
@@ -427,6 +428,17 @@ def register(kind: JobKind) -> JobKind:
 def job_kinds() -> list[JobKind]:
     """Every registered kind, in the order registered (the apps' order)."""
     return list(_KINDS.values())
+
+
+def take_over_all(name: str) -> dict[str, int]:
+    """What a worker of this name held, taken over (`studio.claim_keeper.ClaimKeeper
+    .take_over`) for every registered kind whose rows record their worker: how many of
+    each. Run when a worker starts (`studio.apps`)."""
+    return {
+        kind.name: len(claim_keeper.keeper_of(kind).take_over(name))
+        for kind in job_kinds()
+        if any(field.name == "worker" for field in kind.model._meta.concrete_fields)
+    }
 
 
 def jobs_requeue() -> dict[str, int]:
