@@ -92,9 +92,9 @@ def job_claim_returning(
     `increment` names the columns the claim adds one to (an attempts count); `fields` are
     plain values. On PostgreSQL it is one statement, an UPDATE ... RETURNING joined to the
     related row, whose row Django's own converters and `from_db` turn into the instances (a
-    worker claims an episode at the start of each: the claim and then the read, each built
-    by the ORM, cost it ~2.0 ms of CPU, this ~0.35 ms; PostgreSQL's ~0.58 -> ~0.36 ms). On
-    another database (the SQLite demo) it is `job_claim` and that read.
+    worker claims an episode at the start of each: one statement built once costs it far
+    less than a claim and a read each built by the ORM; `docs/benchmarks.md`). On another
+    database (the SQLite demo) it is `job_claim` and that read.
     """
     alias = router.db_for_write(model)
     connection = connections[alias]
@@ -258,9 +258,9 @@ def _update_held(
 ) -> int:
     """`job_held(...).update(**values)` as one plain UPDATE; the rows it changed (0 or 1).
 
-    Every episode ends through here (and renews its claim through here, chunk after chunk):
-    the ORM spent ~0.5 ms of CPU compiling that UPDATE each time, at the moment a batch's
-    episodes all end together. The values are prepared for the database as the ORM's update
+    Every episode ends through here (and renews its claim through here, chunk after chunk),
+    when a batch's episodes all end together: the ORM would compile that UPDATE each time.
+    The values are prepared for the database as the ORM's update
     prepares them; an expression (an `F()`, say) goes through the ORM itself.
     """
     if any(hasattr(value, "resolve_expression") for value in values.values()):

@@ -96,8 +96,8 @@ def batch_create(
             for seed in settings.seeds
             for sample in range(settings.samples_per_seed)
         ]
-        # COPY on PostgreSQL: 64 episodes in 1.1 ms of CPU, 4.1 through bulk_create, before
-        # the first of their messages can leave.
+        # COPY on PostgreSQL, cheaper than bulk_create: the rows are written before the
+        # first of their messages can leave.
         copy_rows(episodes)
         ids = [episode.id for episode in episodes]
         if enqueue and all(ids) and batch.policy != RolloutBatch.Policy.HUMAN:

@@ -351,9 +351,9 @@ def _batch_count_end(*, batch_id: int, finished: bool, totals, now) -> bool:
     one statement each, not three. Its SET clauses read the row as it was: this episode
     makes it complete when the ended count before it is one short. The last episode to end
     closes the batch (exactly once: the row is locked); a batch stopped by `batch_fail` keeps
-    its status, and its last episode dates its end. Written in SQL: the same statement
-    through the ORM's expressions cost ~1.7 ms of CPU to build, every episode, on the cores
-    the episodes play on; with RETURNING it also says whether it closed the batch.
+    its status, and its last episode dates its end. Written in SQL: the ORM's expressions
+    would build the same statement again for every episode, on the cores the episodes play
+    on; with RETURNING it also says whether it closed the batch.
     """
     table = RolloutBatch._meta.db_table
     counter = "episodes_finished" if finished else "episodes_failed"
