@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -67,11 +66,17 @@ class ClaimKeeper:
         self._held: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Set by `keep` when the stale window is now shorter than the one the thread waits
+        # on (a setting changed): it renews at once and waits on the new one.
+        self._wake = threading.Event()
+        self._every = 0.0
 
     def keep(self, pk: int, token: str) -> bool:
         """Renew this claim until `let_go`; True (for `finally: let_go`)."""
         with self._lock:
             self._held[pk] = token
+            if self._every_now() < self._every:
+                self._wake.set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._renew_forever, name=f"{self.kind.name}-keeper", daemon=True
@@ -114,9 +119,15 @@ class ClaimKeeper:
         )
         return ids
 
+    def _every_now(self) -> float:
+        """How often the claims are renewed: every third of the stale window."""
+        return max(0.5, self.kind.stale_after().total_seconds() / 3)
+
     def _renew_forever(self) -> None:
         while True:
-            time.sleep(max(0.5, self.kind.stale_after().total_seconds() / 3))
+            self._every = self._every_now()
+            self._wake.wait(self._every)
+            self._wake.clear()
             with self._lock:
                 held = dict(self._held)
             if not held:
