@@ -4,8 +4,8 @@ resume and cancel it (`probes.runs.CHUNKS`, a `studio.job_groups.JobGroup`).
 A run is split into chunks of at most `CHUNK_SIZE` questions (fewer when the run's
 concurrency would otherwise leave workers idle); each chunk is one Celery task that claims
 its row and asks its questions (`probes.chunks`). An unusable endpoint fails the run at once
-with one clear error (`probes.chunks.probe_run_fail`); `probe_run_resume` asks what is left. What results
-read of a run is in `probes.selectors_runs`.
+with one clear error (`probes.chunks.probe_run_fail`); `probe_run_resume` asks what is
+left. What results read of a run is in `probes.selectors_runs`.
 """
 
 from __future__ import annotations
