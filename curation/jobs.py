@@ -13,6 +13,7 @@ EXPORT = register(
         model=DatasetVersion,
         task="datasets.tasks.dataset_version_export",
         stale_setting="STUDIO_EXPORT_STALE_SECONDS",
+        hours=4,
     )
 )
 
@@ -22,5 +23,6 @@ IMPORT = register(
         model=DatasetImport,
         task="datasets.tasks.dataset_import_run",
         stale_setting="STUDIO_IMPORT_STALE_SECONDS",
+        hours=2,
     )
 )

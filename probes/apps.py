@@ -13,9 +13,7 @@ class ProbesConfig(AppConfig):
         # exporter with curation's export commands (curation cannot import probes, a later
         # app).
         from curation import probe_exports
-
-        # Its claim keeper too: a restarted worker's take-over looks at probe chunks.
-        from probes import claim_keeper, jobs  # noqa: F401
+        from probes import jobs  # noqa: F401
         from probes.exporting import EXPORTER
 
         probe_exports.register(EXPORTER)

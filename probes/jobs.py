@@ -10,12 +10,15 @@ from studio.jobs import JobKind, register
 
 
 def _of_open_runs() -> QuerySet:
-    # A failed run stopped (its endpoint was unusable): its chunks wait for a resume.
-    return ProbeRunChunk.objects.exclude(run__status=ProbeRun.Status.FAILED)
+    # A failed run stopped (its endpoint was unusable), a canceled one was stopped: their
+    # chunks wait for a resume.
+    return ProbeRunChunk.objects.exclude(
+        run__status__in=[ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED]
+    )
 
 
 # A chunk's process renews its claim every third of its window, however long a call takes
-# (`probes.claim_keeper`, as episodes' are renewed): the window is only how long a dead
+# (`studio.claim_keeper`, as episodes' are renewed): the window is only how long a dead
 # worker's chunk goes unnoticed.
 PROBE_CHUNK = register(
     JobKind(
@@ -25,5 +28,6 @@ PROBE_CHUNK = register(
         stale_setting="STUDIO_PROBE_CHUNK_STALE_SECONDS",
         rows=_of_open_runs,
         calls_model=True,  # every question is a model call
+        hours=6,
     )
 )

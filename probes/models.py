@@ -83,6 +83,16 @@ class ProbeQuestion(models.Model):
 class ProbeRun(ClaimedJob):
     """A model asked every question of a set, in chunks a worker claims."""
 
+    class Status(models.TextChoices):
+        # A job's statuses (`ClaimedJob.Status`), and a cancel's end, as a batch has.
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+
     class Observation(models.TextChoices):
         IMAGE = "image", "Frame (image)"
         TEXT = "text", "Text observation (control)"

@@ -2,7 +2,7 @@
 
 Pure and Django-free, like `evaluation.statistics`, whose Wilson interval and bootstrap it
 uses: the command's summary, the run's page, the lists of runs, the comparison and the
-leaderboard all read their numbers here, from plain `AnswerRecord`s (`probes.runs.
+leaderboard all read their numbers here, from plain `AnswerRecord`s (`probes.selectors_runs.
 run_answer_records` reads them) or a run's counters (`Tally`).
 
 - An answer is **answered** when it names one of its question's choices. Anything else is an

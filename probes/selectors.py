@@ -14,7 +14,7 @@ from django.db.models import Count, Min, Q, QuerySet
 
 from probes import results
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun, ProbeSet
-from probes.runs import run_answer_records
+from probes.selectors_runs import run_answer_records
 from studio.jobs import most_at_once
 
 # One answer wins at least this share of a kind: the kind measures little (`docs/probes.md`,

@@ -64,35 +64,14 @@ def probe_set_create(
     # A name typed on a form or a command line: storable (no NUL), and within the column.
     name = storable(name, max_bytes=800).strip()[:200]
 
-    by_episode = _candidates(filters)
-    if not by_episode:
-        raise ProbeSetError("selection: no frame of the selected turns has a text observation")
-    drafts: list[tuple[_Candidate, q.Question]] = []
-    for frame, state, view in _frames_read(by_episode, per_episode=per_episode, seed=seed):
-        for question in q.frame_questions(
-            state=state, view=view, kinds=chosen_kinds, seed=seed, frame_key=frame.frame_id
-        ):
-            drafts.append((frame, question))
-        if len(drafts) > MAX_QUESTIONS:
-            # Said before a whole table of turns is read into questions, not after.
-            raise ProbeSetError(
-                f"selection: more than {MAX_QUESTIONS:,} questions in one set; narrow it or "
-                "pass --per-episode"
-            )
-        if progress is not None:
-            progress(len(drafts))
-    if not drafts:
-        raise ProbeSetError(
-            "selection: none of its frames has a game state and text local view to ask about"
-        )
-    if balance:
-        keep = q.balanced_indices([(d.kind, d.answer) for _, d in drafts], seed=seed)
-        drafts = [drafts[i] for i in keep]
-        if not drafts:
-            raise ProbeSetError(
-                "balance: every kind asked has a single answer on these frames; "
-                "nothing is left to balance"
-            )
+    drafts = _drafts(
+        filters,
+        kinds=chosen_kinds,
+        per_episode=per_episode,
+        seed=seed,
+        balance=balance,
+        progress=progress,
+    )
     answers = q.answer_counts((d.kind, d.answer) for _, d in drafts)
     with transaction.atomic():
         probe_set = ProbeSet.objects.create(
@@ -126,6 +105,49 @@ def probe_set_create(
             ]
         )
     return probe_set
+
+
+def _drafts(
+    filters: TurnSelection,
+    *,
+    kinds: Sequence[str],
+    per_episode: int | None,
+    seed: int,
+    balance: bool,
+    progress: Callable[[int], None] | None,
+) -> list[tuple[_Candidate, q.Question]]:
+    """The set's questions, each with its frame, in their order (balanced on request);
+    ProbeSetError when there are none, or too many."""
+    by_episode = _candidates(filters)
+    if not by_episode:
+        raise ProbeSetError("selection: no frame of the selected turns has a text observation")
+    drafts: list[tuple[_Candidate, q.Question]] = []
+    for frame, state, view in _frames_read(by_episode, per_episode=per_episode, seed=seed):
+        for question in q.frame_questions(
+            state=state, view=view, kinds=kinds, seed=seed, frame_key=frame.frame_id
+        ):
+            drafts.append((frame, question))
+        if len(drafts) > MAX_QUESTIONS:
+            # Said before a whole table of turns is read into questions, not after.
+            raise ProbeSetError(
+                f"selection: more than {MAX_QUESTIONS:,} questions in one set; narrow it or "
+                "pass --per-episode"
+            )
+        if progress is not None:
+            progress(len(drafts))
+    if not drafts:
+        raise ProbeSetError(
+            "selection: none of its frames has a game state and text local view to ask about"
+        )
+    if balance:
+        keep = q.balanced_indices([(d.kind, d.answer) for _, d in drafts], seed=seed)
+        drafts = [drafts[i] for i in keep]
+        if not drafts:
+            raise ProbeSetError(
+                "balance: every kind asked has a single answer on these frames; "
+                "nothing is left to balance"
+            )
+    return drafts
 
 
 def _candidates(filters: TurnSelection) -> dict[int, list[_Candidate]]:

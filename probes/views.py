@@ -31,8 +31,8 @@ from probes.runs import (
     probe_run_cancel,
     probe_run_create,
     probe_run_resume,
-    run_answer_records,
 )
+from probes.selectors_runs import run_answer_records
 from probes.services import ProbeSetError, probe_set_create
 from rollouts.models import REVIEW_PERMISSION
 from rollouts.review.turn_selection import BIGINT_MAX, TurnSelection, selection_summary
@@ -304,10 +304,10 @@ def _run_body(run: ProbeRun, active: bool) -> dict[str, Any]:
 @require_POST
 @permission_required(REVIEW_PERMISSION, raise_exception=True)
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
-    """Ask again what a failed run left (never a question it answered)."""
+    """Ask again what a failed or canceled run left (never a question it answered)."""
     run = _object_or_404(selectors.run_get, run_id=run_id)
-    if run.status != ProbeRun.Status.FAILED:
-        messages.info(request, "Only a failed run is resumed; this one is not.")
+    if run.status not in (ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED):
+        messages.info(request, "Only a failed or canceled run is resumed; this one is not.")
     else:
         left = probe_run_resume(run=run)
         messages.success(request, f"Resumed: {left} chunk{pluralize(left)} of questions queued.")

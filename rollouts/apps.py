@@ -18,10 +18,9 @@ class RolloutsConfig(AppConfig):
 
         worker_warm_up.connect(_build_a_game, weak=False)
 
-        # Registers the job kinds with the periodic requeue, and the episodes' claim keeper
-        # with a restarted worker's take-over (`studio.claim_keeper.take_over_all`).
+        # Registers the job kinds with the periodic requeue and a restarted worker's
+        # take-over (`studio.jobs.take_over_all`).
         from rollouts import jobs  # noqa: F401
-        from rollouts.recording import claim_keeper  # noqa: F401
 
 
 def _build_a_game(**kwargs) -> None:

@@ -4,6 +4,7 @@ worker, and a bulk flag applied in chunks."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from rollouts.models import Episode, RolloutBatch, TurnBulkFlag
 from rollouts.policies.kinds import model_policy_names
@@ -26,7 +27,7 @@ def _waiting_to_be_played() -> QuerySet:
     return _played_by_workers().exclude(batch__status=RolloutBatch.Status.FAILED)
 
 
-# Claimed through `studio.claims.job_claim_returning` (one statement that also reads the
+# Claimed through `JobKind.claim_returning` (one statement that also reads the
 # episode and its batch, on every episode's path: `rollouts.recording.services`); this kind
 # sends, re-sends and dates staleness like every other.
 EPISODE = register(
@@ -40,6 +41,10 @@ EPISODE = register(
         waiting_rows=_waiting_to_be_played,
         created_field="batch__created_at",
         calls_model=_calling_a_model,
+        hours=6,
+        # A worker that takes over its predecessor's episodes dates when it was found gone
+        # (the batch page says so).
+        taken_over=lambda: {"lost_worker_at": timezone.now()},
     )
 )
 
@@ -49,5 +54,6 @@ BULK_FLAG = register(
         model=TurnBulkFlag,
         task="rollouts.tasks.turn_bulk_flag_run",
         stale_setting="STUDIO_BULK_FLAG_STALE_SECONDS",
+        hours=3,
     )
 )

@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rollouts.game.scoring import crafter_score, score_percent, success_rates
+from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recording.recorder import EPISODE_COUNTERS, batch_counters_of
 from rollouts.selectors_spend import batch_prices, batch_spend
@@ -207,9 +208,7 @@ def frame_exists(*, sha256: str) -> bool:
 
 def batch_episodes_unsent(*, batch_id: int) -> int:
     """Pending episodes whose message never reached the broker (it was down)."""
-    return Episode.objects.filter(
-        batch_id=batch_id, status=Episode.Status.PENDING, enqueued_at__isnull=True
-    ).count()
+    return EPISODE.unsent(batch_id=batch_id)
 
 
 ACTIVE_BATCH_STATUSES = (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)

@@ -25,10 +25,10 @@ def _take_over_from_predecessor(sender=None, **kwargs) -> None:
     stale. The apps registered their keepers in their `ready()`."""
     import logging
 
-    from studio import claim_keeper
+    from studio import claim_keeper, jobs
 
     try:
-        claim_keeper.take_over_all(claim_keeper.worker_name())
+        jobs.take_over_all(claim_keeper.worker_name())
     except Exception:  # the database is down: the periodic requeue takes them over later
         logging.getLogger(__name__).warning("could not take over jobs", exc_info=True)
 

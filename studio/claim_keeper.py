@@ -1,15 +1,17 @@
-"""A process's hold on the job rows it works on: one thread renews their claims.
+"""A process's hold on the job rows it works on: one thread per job kind renews their claims.
 
-A claimed job (an episode, a probe run's chunk) may wait a minute or more on one model call,
-longer than its claim stays fresh (its kind's stale window): a keeper renews every claim its
-process holds every third of that window, whatever the calls do. A claim then goes stale only
-when its worker is gone (killed, frozen, cut off), and is taken over within about that long.
-Each kind that needs it has one keeper (`ClaimKeeper(kind)`); one thread each, started with
-the first claim kept.
+A claimed job may stay silent longer than its claim stays fresh (its kind's stale window): an
+episode or a probe chunk waits a minute or more on one model call, an export zips for a
+while. The kind's keeper (`keeper_of(kind)`, through `JobKind.kept`) renews every claim of
+that kind its process holds every third of that window, whatever the jobs do. A claim then
+goes stale only when its worker is gone (killed, frozen, cut off), and is taken over within
+about that long. This is the one way a claim is kept alive; a job's progress written through
+its claim (`JobKind.renew`) renews it too.
 
-Each claim also records the worker's name (Celery's node name, `worker_name`): a worker that
-starts again under the same name (the demo's restart, a supervisor's) takes over at once what
-its predecessor held (`take_over_all`), instead of waiting for it to go stale.
+Each claim of a kind whose rows have a `worker` field also records the worker's name
+(Celery's node name, `worker_name`): a worker that starts again under the same name (the
+demo's restart, a supervisor's) takes over at once what its predecessor held
+(`studio.jobs.take_over_all`), instead of waiting for it to go stale.
 """
 
 from __future__ import annotations
@@ -18,16 +20,16 @@ import logging
 import os
 import socket
 import threading
-import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-if TYPE_CHECKING:
-    from studio.jobs import JobKind
+# A job kind (`studio.jobs.JobKind`, which imports this module): its name, model, working
+# status, stale window, `taken_over` and `enqueue_many` are what a keeper reads.
+JobKind = Any
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +37,8 @@ logger = logging.getLogger(__name__)
 _name = f"{socket.gethostname()}:{os.getpid()}"
 # What a taken-over claim's heartbeat is set to: long stale, whatever the setting.
 _LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
-_keepers: list[ClaimKeeper] = []
+_keepers: dict[str, ClaimKeeper] = {}
+_keepers_lock = threading.Lock()
 
 
 def worker_name() -> str:
@@ -48,25 +51,32 @@ def name_worker(name: str) -> None:
     _name = name[:200]
 
 
-def take_over_all(name: str) -> dict[str, int]:
-    """Every keeper's `take_over` of what a worker of this name held: how many of each."""
-    return {keeper.kind.name: len(keeper.take_over(name)) for keeper in _keepers}
+def keeper_of(kind: JobKind) -> ClaimKeeper:
+    """The kind's one keeper in this process (made at its first use)."""
+    with _keepers_lock:
+        keeper = _keepers.get(kind.name)
+        if keeper is None:
+            keeper = _keepers[kind.name] = ClaimKeeper(kind)
+        return keeper
 
 
 class ClaimKeeper:
-    def __init__(self, kind: JobKind, **taken_over: Any) -> None:
-        """`taken_over`: what `take_over` writes on the rows it takes (values or callables)."""
+    def __init__(self, kind: JobKind) -> None:
         self.kind = kind
-        self.taken_over = taken_over
         self._held: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        _keepers.append(self)
+        # Set by `keep` when the stale window is now shorter than the one the thread waits
+        # on (a setting changed): it renews at once and waits on the new one.
+        self._wake = threading.Event()
+        self._every = 0.0
 
     def keep(self, pk: int, token: str) -> bool:
         """Renew this claim until `let_go`; True (for `finally: let_go`)."""
         with self._lock:
             self._held[pk] = token
+            if self._every_now() < self._every:
+                self._wake.set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._renew_forever, name=f"{self.kind.name}-keeper", daemon=True
@@ -99,7 +109,7 @@ class ClaimKeeper:
         ids = list(held.values_list("pk", flat=True))
         if not ids:
             return []
-        fields = {k: v() if callable(v) else v for k, v in self.taken_over.items()}
+        fields = self.kind.taken_over() if self.kind.taken_over is not None else {}
         model.objects.filter(pk__in=ids, status=working, worker=name).update(
             heartbeat_at=_LONG_AGO, **fields
         )
@@ -109,9 +119,15 @@ class ClaimKeeper:
         )
         return ids
 
+    def _every_now(self) -> float:
+        """How often the claims are renewed: every third of the stale window."""
+        return max(0.5, self.kind.stale_after().total_seconds() / 3)
+
     def _renew_forever(self) -> None:
         while True:
-            time.sleep(max(0.5, self.kind.stale_after().total_seconds() / 3))
+            self._every = self._every_now()
+            self._wake.wait(self._every)
+            self._wake.clear()
             with self._lock:
                 held = dict(self._held)
             if not held:

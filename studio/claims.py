@@ -11,7 +11,9 @@ claimed or ended and does nothing. Which status means "being worked on" is the j
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,10 +26,21 @@ from django.db.models import F, Field, ForeignKey, Model, Q, QuerySet
 from django.db.models.expressions import Col
 from django.utils import timezone
 
+from studio.outages import waited_out
+
+# A job kind (`studio.jobs.JobKind`, which imports this module): a `Claim` writes through
+# its methods.
+JobKind = Any
+
 PENDING = "pending"
 RUNNING = "running"
 DONE = "done"
 FAILED = "failed"
+
+
+# A row saved but its message not sent: the broker was down when it was (the periodic
+# requeue sends it once it is back), or its caller runs it itself (`--inline`).
+UNSENT = Q(status=PENDING, enqueued_at__isnull=True)
 
 
 class ClaimLost(Exception):
@@ -79,9 +92,9 @@ def job_claim_returning(
     `increment` names the columns the claim adds one to (an attempts count); `fields` are
     plain values. On PostgreSQL it is one statement, an UPDATE ... RETURNING joined to the
     related row, whose row Django's own converters and `from_db` turn into the instances (a
-    worker claims an episode at the start of each: the claim and then the read, each built
-    by the ORM, cost it ~2.0 ms of CPU, this ~0.35 ms; PostgreSQL's ~0.58 -> ~0.36 ms). On
-    another database (the SQLite demo) it is `job_claim` and that read.
+    worker claims an episode at the start of each: one statement built once costs it far
+    less than a claim and a read each built by the ORM; `docs/benchmarks.md`). On another
+    database (the SQLite demo) it is `job_claim` and that read.
     """
     alias = router.db_for_write(model)
     connection = connections[alias]
@@ -245,9 +258,9 @@ def _update_held(
 ) -> int:
     """`job_held(...).update(**values)` as one plain UPDATE; the rows it changed (0 or 1).
 
-    Every episode ends through here (and renews its claim through here, chunk after chunk):
-    the ORM spent ~0.5 ms of CPU compiling that UPDATE each time, at the moment a batch's
-    episodes all end together. The values are prepared for the database as the ORM's update
+    Every episode ends through here (and renews its claim through here, chunk after chunk),
+    when a batch's episodes all end together: the ORM would compile that UPDATE each time.
+    The values are prepared for the database as the ORM's update
     prepares them; an expression (an `F()`, say) goes through the ORM itself.
     """
     if any(hasattr(value, "resolve_expression") for value in values.values()):
@@ -304,11 +317,11 @@ def jobs_waiting(*, rows: QuerySet, created_field: str = "created_at") -> list[i
     now = timezone.now()
     grace = now - timedelta(seconds=settings.STUDIO_REQUEUE_GRACE_SECONDS)
     lost = now - timedelta(seconds=settings.STUDIO_REQUEUE_PENDING_SECONDS)
-    never_sent = Q(enqueued_at__isnull=True, **{f"{created_field}__lt": grace})
+    never_sent = UNSENT & Q(**{f"{created_field}__lt": grace})
     return list(
-        rows.filter(status=PENDING)
-        .filter(never_sent | Q(enqueued_at__lt=lost))
-        .values_list("pk", flat=True)
+        rows.filter(never_sent | Q(status=PENDING, enqueued_at__lt=lost)).values_list(
+            "pk", flat=True
+        )
     )
 
 
@@ -329,3 +342,71 @@ def jobs_to_resend(
     return jobs_stale(rows=rows, stale_after=stale_after, working=working) + jobs_waiting(
         rows=waiting, created_field=created_field
     )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim this worker holds on one row of a kind: what its job writes through, so that
+    a worker presumed dead and taken over writes nothing more (every write is refused)."""
+
+    kind: JobKind
+    pk: int
+    token: str
+
+    def renew(self, *, raise_lost: bool = False, **fields: Any) -> bool:
+        return self.kind.renew(self.pk, self.token, raise_lost=raise_lost, **fields)
+
+    def kept(self) -> contextlib.AbstractContextManager[None]:
+        return self.kind.kept(self.pk, self.token)
+
+    def finish(self, *, status: str = "", **fields: Any) -> bool:
+        return self.kind.finish(self.pk, self.token, status=status, **fields)
+
+    def fail(self, error: str, **fields: Any) -> bool:
+        return self.kind.fail(self.pk, self.token, error, **fields)
+
+    def release(self, **fields: Any) -> bool:
+        return self.kind.release(self.pk, self.token, **fields)
+
+    def hand_back(self) -> None:
+        self.kind.hand_back(self.pk, self.token)
+
+    def checked(self, every: float) -> ClaimCheck:
+        """A check of this claim that reads the row at most every `every` seconds."""
+        return ClaimCheck(self, every)
+
+
+class ClaimCheck:
+    """Whether a claim is still held, and the row's status, read at most every `every`
+    seconds: a job that asks a model many times a second checks before each call (a cancel
+    must stop it before its next call) without a read each time. While the database cannot
+    be reached it waits (`studio.outages.waited_out`): no call is made that a cancel might
+    have forbidden."""
+
+    def __init__(self, claim: Claim, every: float) -> None:
+        self.claim = claim
+        self.every = every
+        self._at = time.monotonic()  # just claimed
+        self._status = claim.kind.working
+
+    def check(self) -> None:
+        """`ClaimLost` unless the claim is held and its row still being worked on (not
+        canceled, nor failed with its parent)."""
+        if self.status() != self.claim.kind.working:
+            raise ClaimLost(f"{self.claim.kind.name} {self.claim.pk} is no longer worked on")
+
+    def status(self) -> str:
+        """The row's status while the claim is held; `ClaimLost` once another worker has it."""
+        now = time.monotonic()
+        if now - self._at < self.every:
+            return self._status
+        kind, pk = self.claim.kind, self.claim.pk
+        row = waited_out(
+            lambda: kind.model.objects.filter(pk=pk).values_list("claim_token", "status").first(),
+            what=f"{kind.name} {pk}",
+            seconds=settings.STUDIO_DATABASE_OUTAGE_SECONDS,
+        )
+        if row is None or row[0] != self.claim.token:
+            raise ClaimLost(f"{kind.name} {pk} is no longer this worker's")
+        self._at, self._status = now, row[1]
+        return self._status

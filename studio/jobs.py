@@ -15,24 +15,29 @@ imports it; studio imports no app, it walks what was registered (`job_kinds`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-import random
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-import redis.exceptions
+from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections, router, transaction
+from django.db import connections, router, transaction
 from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerOperationalError
 
-from studio import claims, queue
+from studio import claim_keeper, claims, queue
 from studio.claims import DONE, PENDING, RUNNING, ClaimLost
+from studio.outages import (
+    OUTAGES,
+    is_outage,
+    outage_countdown,
+    outage_said_in_one_line,
+    retry_after_outage,
+)
 from studio.untrusted import storable
 
 logger = logging.getLogger(__name__)
@@ -46,12 +51,14 @@ __all__ = [
     "error_cut",
     "is_outage",
     "job_kinds",
+    "job_task",
     "jobs_requeue",
     "most_at_once",
     "outage_countdown",
     "outage_said_in_one_line",
     "register",
     "retry_after_outage",
+    "take_over_all",
 ]
 
 # What a job's task reports; a task retries on "busy" (another worker holds a fresh claim)
@@ -67,60 +74,6 @@ JobOutcome = Literal[
     "done_already",  # ended, gone, or not to be taken: the message was a duplicate
     "claim_lost",  # another worker took the job over from this one
 ]
-
-# What a lost connection to the database or the broker raises: the service is down (or
-# restarting), the job is not at fault. A job's task retries after it (`outage_countdown`),
-# and the job goes on from what it had written; it never fails for it. (psycopg's own errors
-# reach us as Django's; redis-py's BusyLoadingError, a restarted Redis loading its data, is
-# a ConnectionError; kombu's OperationalError is a publish that found no broker.)
-OUTAGES: tuple[type[BaseException], ...] = (
-    OperationalError,
-    InterfaceError,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    BrokerOperationalError,
-)
-# The longest wait between two tries of a task that met an outage: it starts again at most
-# this long after the service is back.
-OUTAGE_COUNTDOWN_MAX = 20
-
-
-# PostgreSQL's errors that say the server went away (class 08, connection exception; 57P01-03,
-# shut down by an administrator, crashed, still starting): not the job's fault. Its other
-# OperationalErrors (a statement timeout, a disk full) may be, and fail a job as before.
-_SERVER_GONE = ("08", "57P01", "57P02", "57P03")
-
-
-def is_outage(exc: BaseException | None) -> bool:
-    """Whether `exc`, or an exception it was raised from, is a lost connection to the
-    database or the broker (`OUTAGES`): a service's error re-raised as another is still that
-    service being down. A database error the server answered with (a statement timeout, a
-    constraint) is not one."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, OperationalError):
-            return _server_gone(exc)
-        if isinstance(exc, OUTAGES):
-            return True
-        exc = exc.__cause__
-        seen += 1
-    return False
-
-
-def _server_gone(exc: OperationalError) -> bool:
-    # psycopg's error, which Django's wraps: no SQLSTATE when no server answered at all
-    # (refused, closed, "server closed the connection unexpectedly").
-    sqlstate = getattr(exc.__cause__, "sqlstate", None) or getattr(exc, "sqlstate", None)
-    return sqlstate is None or sqlstate.startswith(_SERVER_GONE)
-
-
-def outage_countdown(retries: int) -> float:
-    """Seconds before a task's next try after an outage: 1, 2, 4, ... up to
-    `OUTAGE_COUNTDOWN_MAX`, each shortened at random by up to a quarter, so the hundreds of
-    tasks a worker drained while the database was down do not all come back together."""
-    full = min(OUTAGE_COUNTDOWN_MAX, 2 ** min(retries, 10))
-    return round(full * random.uniform(0.75, 1.0), 2)
-
 
 # The longest error a job row keeps, in characters (the longest any kind kept before all
 # shared one).
@@ -165,6 +118,18 @@ class JobKind:
     # a worker with a pool of threads consumes: on a process per core they would wait their
     # turn two at a time on a 2-core host, though each spends its time waiting on the network.
     calls_model: bool | Callable[[], QuerySet] = False
+    # How long the row's task may run, in hours (its soft time limit; the hard one is two
+    # minutes more, for the work to write what it has).
+    hours: float = 1.0
+    # The countdowns (seconds) of the tries after an outside service refused the work (a
+    # provider's 429 or 5xx: the work says "retry"), one per try: after the last, the work is
+    # told it has its last try (`last_attempt`) and fails rather than retries. Empty: a
+    # "retry" is an outage of our own, retried without a cap. They stay far below the
+    # broker's visibility timeout (2 h): a delayed message is never delivered twice for it.
+    retry_countdowns: tuple[int, ...] = ()
+    # What a worker's takeover of its predecessor's rows writes on them, besides making them
+    # stale (`take_over_all`: an episode dates when its worker was lost).
+    taken_over: Callable[[], dict[str, Any]] | None = None
 
     def stale_after(self) -> timedelta:
         """Read at each call, so a setting changed (in a test, say) applies at once."""
@@ -251,29 +216,52 @@ class JobKind:
             ]
         return ids
 
+    def unsent(self, **where: Any) -> int:
+        """How many of the rows `where` picks are saved but their message never sent (the
+        broker was down: the periodic requeue sends them once it is back)."""
+        return self.model.objects.filter(claims.UNSENT, **where).count()
+
     def requeue(self, *, broker_lost: bool = False) -> list[int]:
         """Send again what `to_resend` picks; the ids sent (up to where the broker failed)."""
         return self._resend(self.to_resend(broker_lost=broker_lost))
 
     # -- a task's body ---------------------------------------------------------------------
 
-    def run_in_task(self, task: Any, work: Callable[[], JobOutcome]) -> JobOutcome:
+    def run_in_task(self, task: Any, work: Callable[..., JobOutcome]) -> JobOutcome:
         """What a bound job task does with its service's `work()`: its outcome; after an
-        outage (a lost connection raised, or the service's "retry") the message goes back to
-        the broker soon (`retry_after_outage`); while another worker holds a fresh claim
-        ("busy"), it comes back once that claim would count as stale."""
+        outage (a lost connection raised, or a "retry" from a kind without
+        `retry_countdowns`) the message goes back to the broker soon (`retry_after_outage`);
+        while another worker holds a fresh claim ("busy"), it comes back once that claim
+        would count as stale.
+
+        A kind with `retry_countdowns` has its work called with `last_attempt`, and its
+        "retry" sent back after the next countdown. The tries an outage of our own took are
+        counted apart (the message's `outages`), against none of those."""
+        outages = int(task.request.kwargs.get("outages", 0)) if task.request.kwargs else 0
+        tries = task.request.retries - outages
+        countdowns = self.retry_countdowns
         try:
-            outcome = work()
+            outcome = work(last_attempt=tries >= len(countdowns)) if countdowns else work()
         except Exception as exc:
             if not is_outage(exc):
                 raise
             # The database or the broker is down: go on from where the row says once back.
-            raise retry_after_outage(task, exc) from exc
+            raise retry_after_outage(task, exc, **self._counted(outages + 1)) from exc
+        if outcome == "retry" and countdowns:
+            raise task.retry(
+                countdown=countdowns[min(tries, len(countdowns) - 1)],
+                max_retries=len(countdowns) + outages,
+                **self._counted(outages),
+            )
         if outcome == "retry":
             raise retry_after_outage(task)
         if outcome == "busy":
             raise task.retry(countdown=int(self.stale_after().total_seconds()))
         return outcome
+
+    def _counted(self, outages: int) -> dict[str, Any]:
+        # Only a kind that caps its retries carries the count of outages in its message.
+        return {"kwargs": {"outages": outages}} if self.retry_countdowns else {}
 
     # -- a worker's claim ----------------------------------------------------------------
 
@@ -290,6 +278,27 @@ class JobKind:
             stamp_start=self.stamp_start,
             **fields,
         )
+
+    def claim_returning(
+        self, pk: int, /, *, related: str, increment: tuple[str, ...] = (), **fields: Any
+    ) -> tuple[str, Model] | None:
+        """`claim`, and the row as it is once claimed with its foreign key `related` read
+        with it (one statement on PostgreSQL: `studio.claims.job_claim_returning`), for a
+        job whose every run starts by reading both (an episode and its batch). `increment`
+        names the columns the claim adds one to."""
+        return claims.job_claim_returning(
+            model=self.model,
+            pk=pk,
+            stale_after=self.stale_after(),
+            related=related,
+            working=self.working,
+            increment=increment,
+            **fields,
+        )
+
+    def held(self, pk: int, token: str, /) -> claims.Claim:
+        """The handle of a claim this worker holds (`Claim`)."""
+        return claims.Claim(self, pk, token)
 
     def unclaimed(self, pk: int) -> JobOutcome:
         """Why a claim failed: "busy" while another worker holds the row; else
@@ -309,41 +318,26 @@ class JobKind:
 
     @contextlib.contextmanager
     def kept(self, pk: int, token: str, /) -> Iterator[None]:
-        """Renew the claim every third of the stale window for as long as the block runs,
-        from a thread of its own, whatever the job does meanwhile (a phase that reports no
-        progress: an export's zipping, say). So the stale window says only how long a dead
-        worker goes unnoticed, not how long a job may stay silent."""
-        stop = threading.Event()
-
-        def renew_until_stopped() -> None:
-            every = max(0.5, self.stale_after().total_seconds() / 3)
-            while not stop.wait(every):
-                try:
-                    if not self.renew(pk, token):
-                        return  # lost (taken over): the job finds out at its next write
-                except Exception:  # the database is down: try again at the next round
-                    logger.info("%s %s: could not renew its claim", self.name, pk)
-                finally:
-                    connections.close_all()  # this thread's own connection
-
-        renewer = threading.Thread(
-            target=renew_until_stopped, name=f"{self.name}-{pk}-claim", daemon=True
-        )
-        renewer.start()
+        """Have this process's keeper renew the claim (`studio.claim_keeper`) for as long as
+        the block runs, whatever the job does meanwhile (a model call that takes minutes, an
+        export's zipping). So the stale window says only how long a dead worker goes
+        unnoticed, not how long a job may stay silent."""
+        keeper = claim_keeper.keeper_of(self)
+        keeper.keep(pk, token)
         try:
             yield
         finally:
-            stop.set()
-            renewer.join(timeout=5)
+            keeper.let_go(pk)
 
-    def finish(self, pk: int, token: str, /, **fields: Any) -> bool:
-        """End the job as done (the kind's `finished` status) with its results in `fields`;
-        False: the claim was lost, nothing was written."""
+    def finish(self, pk: int, token: str, /, *, status: str = "", **fields: Any) -> bool:
+        """End the job as done (the kind's `finished` status, or `status`: an episode that
+        failed ends with its batch's counters in the same transaction) with its results in
+        `fields`; False: the claim was lost, nothing was written."""
         return claims.job_finish(
             model=self.model,
             pk=pk,
             token=token,
-            status=self.finished,
+            status=status or self.finished,
             working=self.working,
             stamp_finish=self.stamp_finish,
             **fields,
@@ -362,12 +356,7 @@ class JobKind:
         """
         handled = sys.exc_info()[1]
         if is_outage(handled):
-            connection = connections[router.db_for_write(self.model)]
-            with contextlib.suppress(*OUTAGES):
-                if not connection.in_atomic_block:
-                    # A broken connection is not reopened by itself within a task.
-                    connection.close_if_unusable_or_obsolete()
-                self.release(pk, token)
+            self.hand_back(pk, token)
             raise handled
         return claims.job_fail(
             model=self.model,
@@ -390,6 +379,17 @@ class JobKind:
             claim_token="",
             **fields,
         )
+
+    def hand_back(self, pk: int, token: str, /) -> None:
+        """`release` after an outage, for the task's next try to claim the row at once; while
+        the database is still down it writes nothing, and the claim goes stale for a
+        takeover instead."""
+        connection = connections[router.db_for_write(self.model)]
+        with contextlib.suppress(*OUTAGES):
+            if not connection.in_atomic_block:
+                # A broken connection is not reopened by itself within a task.
+                connection.close_if_unusable_or_obsolete()
+            self.release(pk, token)
 
 
 def most_at_once(rows: QuerySet) -> int:
@@ -430,6 +430,17 @@ def job_kinds() -> list[JobKind]:
     return list(_KINDS.values())
 
 
+def take_over_all(name: str) -> dict[str, int]:
+    """What a worker of this name held, taken over (`studio.claim_keeper.ClaimKeeper
+    .take_over`) for every registered kind whose rows record their worker: how many of
+    each. Run when a worker starts (`studio.apps`)."""
+    return {
+        kind.name: len(claim_keeper.keeper_of(kind).take_over(name))
+        for kind in job_kinds()
+        if any(field.name == "worker" for field in kind.model._meta.concrete_fields)
+    }
+
+
 def jobs_requeue() -> dict[str, int]:
     """Every kind's `requeue` (what beat runs every STUDIO_REQUEUE_EVERY_SECONDS): how many
     of each were sent.
@@ -445,37 +456,33 @@ def jobs_requeue() -> dict[str, int]:
     return {kind.name: len(kind.requeue(broker_lost=broker_lost)) for kind in job_kinds()}
 
 
-@contextlib.contextmanager
-def outage_said_in_one_line(task_name: str) -> Iterator[None]:
-    """Around a periodic task's work (beat's, every few seconds): the database or the broker
-    being down (`is_outage`) is said in one warning line, as the commands say it, not in a
-    traceback per run; its next run does the work once the service is back. Anything else
-    is raised as before."""
-    try:
-        yield
-    except Exception as exc:
-        if not is_outage(exc):
-            raise
-        text = str(exc).strip()
-        reason = text.splitlines()[0][:300] if text else type(exc).__name__
-        logger.warning(
-            "%s: the database or the task queue is unreachable (%s); its next run tries again",
-            task_name,
-            reason,
-        )
+def job_task(kind: JobKind) -> Callable[[Callable[..., JobOutcome]], Any]:
+    """Make `work(pk)` (a service's call for one row) the kind's Celery task: named
+    `kind.task`, acknowledged late and given back when its worker is lost (the row's claim
+    makes a second delivery harmless), limited to `kind.hours`, retried through
+    `JobKind.run_in_task`. Every kind's task is declared through here, so these options are
+    stated once.
 
+    A kind with `retry_countdowns` has `work(pk, last_attempt=...)` called."""
 
-def retry_after_outage(task: Any, exc: BaseException | None = None, **options: Any) -> Exception:
-    """The `Retry` a bound job task raises after an outage (`OUTAGES`, or a service's "retry"
-    outcome): the message goes back to the broker with a short, growing countdown and no cap
-    on tries, and the task acknowledges the one it holds. Not acknowledging it instead would
-    leave it with the broker until its visibility timeout (2 h), and acknowledging it as done
-    (as a plain failure does) would leave the row waiting for the periodic requeue.
+    def declare(work: Callable[..., JobOutcome]) -> Any:
+        def run(self: Any, pk: int, outages: int = 0) -> JobOutcome:
+            # `outages` is read from the message by `run_in_task`.
+            return kind.run_in_task(self, functools.partial(work, pk))
 
-    Should the broker be down too, the retry cannot be sent: the task then fails and the row,
-    pending or held with an ageing heartbeat, is sent again by the requeue."""
-    retries = task.request.retries
-    # Celery reads max_retries=None as "the task's own limit": allow this one more instead.
-    return task.retry(
-        exc=exc, countdown=outage_countdown(retries), max_retries=retries + 1, **options
-    )
+        # Not functools.wraps: Celery reads the signature, which must keep `self`.
+        run.__name__, run.__qualname__ = work.__name__, work.__qualname__
+        run.__module__, run.__doc__ = work.__module__, work.__doc__
+        seconds = int(kind.hours * 3600)
+        return shared_task(
+            name=kind.task,
+            bind=True,
+            acks_late=True,
+            reject_on_worker_lost=True,
+            soft_time_limit=seconds,
+            time_limit=seconds + 120,
+            # Retries are capped by `run_in_task`, per try, not by the task.
+            max_retries=None,
+        )(run)
+
+    return declare

@@ -91,9 +91,9 @@ def _send_run(task: Task, ids: list[int], *, queue: str | None = None) -> list[i
     """Send ids on one connection, `STAMP_EVERY` to a round trip (kombu's publish batch, on
     Redis a pipeline; other brokers publish each at once); the ids sent.
 
-    A new batch's 64 episodes went one round trip each: on a busy host each also waited for
-    a core, and they took 0.13-0.63 s to send while the first ones already played (on 4
-    connections at once, in threads). A round trip that fails counts its ids as not sent,
+    One round trip per message would have a new batch's first episodes playing while the
+    last ones are still being sent, each send waiting for a core on a busy host. A round
+    trip that fails counts its ids as not sent,
     though some may have arrived ("delivery is uncertain"): a second message finds the row
     claimed or ended, and does nothing.
     """

@@ -220,16 +220,7 @@ CELERY_TASK_QUEUES = [
     Queue(STUDIO_CONTROL_QUEUE, Exchange(STUDIO_CONTROL_QUEUE), routing_key=STUDIO_CONTROL_QUEUE),
     Queue(STUDIO_MODEL_QUEUE, Exchange(STUDIO_MODEL_QUEUE), routing_key=STUDIO_MODEL_QUEUE),
 ]
-CELERY_TASK_ROUTES = {
-    name: {"queue": STUDIO_CONTROL_QUEUE}
-    for name in (
-        "studio.tasks.jobs_requeue",
-        # Beat's former entries, for messages still queued under their names.
-        "rollouts.tasks.episodes_requeue_stale",
-        "rollouts.tasks.turn_bulk_flags_requeue",
-        "datasets.tasks.datasets_requeue_waiting",
-    )
-}
+CELERY_TASK_ROUTES = {"studio.tasks.jobs_requeue": {"queue": STUDIO_CONTROL_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     # Every job kind (`studio.jobs`): what a dead worker left, or what never reached the broker.
     # Often enough that an episode whose worker died (stale after 30 s) is taken over within
@@ -276,7 +267,7 @@ STUDIO_BULK_FLAG_STALE_SECONDS = env.int("STUDIO_BULK_FLAG_STALE_SECONDS", defau
 # ten minutes after its worker was killed).
 STUDIO_EXPORT_STALE_SECONDS = env.int("STUDIO_EXPORT_STALE_SECONDS", default=60)
 STUDIO_IMPORT_STALE_SECONDS = env.int("STUDIO_IMPORT_STALE_SECONDS", default=600)
-# A probe run's chunk is renewed every third of this by its process (`probes.claim_keeper`),
+# A probe run's chunk is renewed every third of this by its process (`studio.claim_keeper`),
 # however long a model call takes: this is how long a dead worker's chunk goes unnoticed.
 STUDIO_PROBE_CHUNK_STALE_SECONDS = env.int("STUDIO_PROBE_CHUNK_STALE_SECONDS", default=30)
 # A model episode writes each turn as it is played, at most this often (seconds): calls that

@@ -24,6 +24,9 @@ SUBMISSION = register(
         stamp_finish=False,
         # A job whose cancel was asked for is never taken again (nor sent again).
         claimable=Q(cancel_requested=False),
+        hours=3,
+        # A provider that refused is tried five more times, over about eight minutes.
+        retry_countdowns=(5, 15, 60, 120, 300),
     )
 )
 

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet
 
+from training.jobs import SUBMISSION
 from training.models import TrainingEvent, TrainingJob
 from training.upload_files import ValidationSource, validation_source
 
@@ -63,9 +64,7 @@ def job_validation_source(*, job: TrainingJob) -> ValidationSource | None:
 
 def job_unsent(*, job_id: int) -> bool:
     """Whether the job waits for the broker: saved, its task not yet sent."""
-    return TrainingJob.objects.filter(
-        id=job_id, status=TrainingJob.Status.PENDING, enqueued_at__isnull=True
-    ).exists()
+    return SUBMISSION.unsent(id=job_id) > 0
 
 
 def job_summary(job: TrainingJob) -> dict[str, Any]:

@@ -4,42 +4,16 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from studio.jobs import is_outage, outage_said_in_one_line, retry_after_outage
+from studio.jobs import JobOutcome, job_task, outage_said_in_one_line
 from training import services
-
-# Countdowns stay far below the broker's visibility timeout (2 h): a delayed message is
-# never delivered a second time just for waiting.
-RETRY_COUNTDOWNS = (5, 15, 60, 120, 300)
+from training.jobs import SUBMISSION
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=3 * 3600,
-    time_limit=3 * 3600 + 120,
-    max_retries=len(RETRY_COUNTDOWNS),
-)
-def training_job_submit(self, job_id: int, outages: int = 0) -> str:
-    # Tries after an outage of our own database or broker (`outages` of them) are not the
-    # provider's: they count against no provider retry.
-    provider_retries = self.request.retries - outages
-    last = provider_retries >= len(RETRY_COUNTDOWNS)
-    try:
-        outcome = services.training_job_submit(job_id=job_id, last_attempt=last)
-    except Exception as exc:
-        if not is_outage(exc):
-            raise
-        raise retry_after_outage(self, exc, kwargs={"outages": outages + 1}) from exc
-    if outcome == "retry":
-        # The provider answered 429/5xx or could not be reached after the client's retries.
-        countdown = RETRY_COUNTDOWNS[min(provider_retries, len(RETRY_COUNTDOWNS) - 1)]
-        raise self.retry(
-            countdown=countdown,
-            kwargs={"outages": outages},
-            max_retries=len(RETRY_COUNTDOWNS) + outages,
-        )
-    return outcome
+@job_task(SUBMISSION)
+def training_job_submit(job_id: int, *, last_attempt: bool) -> JobOutcome:
+    # A provider that refused (429, 5xx, unreachable) is tried again after the kind's
+    # countdowns (`training.jobs.SUBMISSION`); its last try fails the job instead.
+    return services.training_job_submit(job_id=job_id, last_attempt=last_attempt)
 
 
 @shared_task(acks_late=True, time_limit=600)

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from probes import runs
+from probes import chunks, runs, selectors_runs
 from probes.models import ProbeAnswer, ProbeQuestion, ProbeRun
 from probes.services import probe_set_create
 from rollouts.models import Frame
@@ -56,7 +56,7 @@ def run_inline(probe_set, endpoint, **options) -> ProbeRun:
 
 
 def summary_of(run: ProbeRun) -> dict:
-    return runs.probe_run_summary(run=run)
+    return selectors_runs.probe_run_summary(run=run)
 
 
 def test_it_scores_a_fixed_answer_as_the_answer_distribution_predicts(
@@ -291,7 +291,7 @@ def test_an_answer_is_stored_only_while_its_chunk_is_held(path, small_set, chat_
 
     def insert(**options) -> bool:
         with transaction.atomic():  # as `_answer_store` calls it
-            return getattr(runs, path)(**options)
+            return getattr(chunks, path)(**options)
 
     run = runs.probe_run_create(
         probe_set=small_set, endpoint_name=chat_endpoint.name, model="m", enqueue=False

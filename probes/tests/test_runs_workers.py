@@ -151,13 +151,13 @@ def test_a_canceled_run_stops_asking_and_resumes_what_is_left(
     sent_at_cancel = len(chat_server.requests)
     answered_at_cancel = run.answers.count()
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["status"] == "failed" and summary["run_id"] == run.id
+    assert summary["status"] == "canceled" and summary["run_id"] == run.id
     time.sleep(2.5)  # time for a dozen more calls, were any still made
     # At most the call each of its two chunks had started: neither is stored.
     assert len(chat_server.requests) - sent_at_cancel <= 2
     assert run.answers.count() == answered_at_cancel < total
     run.refresh_from_db()
-    assert run.status == "failed" and run.error == "canceled"
+    assert run.status == "canceled" and run.error == "canceled"
     assert not run.chunks.filter(status__in=["pending", "running"]).exists()
 
     assert runs.probe_run_resume(run=run) == 2

@@ -467,7 +467,7 @@ def test_an_editor_cancels_a_running_run_and_nothing_more_is_asked(
     response = editor_client.post(cancel)
     assert response.status_code == 302 and response["Location"] == url
     run.refresh_from_db()
-    assert run.status == ProbeRun.Status.FAILED and run.error == "canceled"
+    assert run.status == ProbeRun.Status.CANCELED and run.error == "canceled"
     # Nothing is asked of a canceled run; its page offers Resume instead of Cancel.
     runs.probe_run_inline(run=run)
     assert chat_server.requests == [] and not run.answers.exists()
@@ -476,7 +476,7 @@ def test_an_editor_cancels_a_running_run_and_nothing_more_is_asked(
     # Canceled again: nothing to cancel, still the same.
     editor_client.post(cancel)
     run.refresh_from_db()
-    assert run.status == ProbeRun.Status.FAILED
+    assert run.status == ProbeRun.Status.CANCELED
 
 
 # --- two runs, the leaderboard ----------------------------------------------------------------

@@ -41,9 +41,9 @@ class FrameStore:
     `write_ahead` (the recorder's): `stage` also starts writing the file at once, on the
     process's frame writer (`_frame_writer`), while the episode waits for its model;
     `write_many` then only waits for what that thread has begun and writes the rest itself.
-    An episode's files were all written at its end, where the 64 episodes of a batch end
-    together: 6 files of a 5-turn episode cost 2-7 ms of CPU there (creating files and their
-    directories is slow on a virtual disk), on the path to the batch's end.
+    So an episode's files are not all written at its end, where a batch's episodes end
+    together (creating files and their directories is slow on a virtual disk), on the path
+    to the batch's end.
     """
 
     def __init__(self, storage: Storage | None = None, *, write_ahead: bool = False) -> None:
@@ -103,8 +103,8 @@ class FrameStore:
                 self.storage.save(name, ContentFile(png))
             return
         # Plain strings and system calls: nearly every recorded step writes a new frame, and
-        # pathlib and tempfile added ~40 us of Python to each (and doubled the cost of
-        # finding one already stored).
+        # pathlib and tempfile would add their Python to each (and to finding one already
+        # stored).
         path = self._root_prefix + name
         if os.path.exists(path):
             return

@@ -1,5 +1,5 @@
 """A worker starting under the name of one that held running jobs takes them over at once
-(`studio.claim_keeper.take_over_all`, run when a worker is ready), and claims record the
+(`studio.jobs.take_over_all`, run when a worker is ready), and claims record the
 worker's name; the rest stay with their own workers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.utils import timezone
 from rollouts.models import Episode
 from rollouts.recording import services
 from rollouts.rollout_settings import RolloutSettings
-from studio import claim_keeper
+from studio import claim_keeper, jobs
 from studio.testing import queue_purge
 
 
@@ -30,7 +30,7 @@ def test_a_restarted_worker_takes_over_what_its_predecessor_held_and_nothing_els
     Episode.objects.filter(id=other.id).update(worker="celery@alive")
 
     try:
-        taken = claim_keeper.take_over_all("celery@restarted")
+        taken = jobs.take_over_all("celery@restarted")
         # Every kind with a keeper looked (probe chunks too); one episode was that worker's.
         assert taken["episode"] == 1 and taken["probe_chunk"] == 0
         now = timezone.now()

@@ -76,17 +76,12 @@ def test_every_app_registers_its_kinds_and_each_names_a_registered_task():
     assert CANCEL_TASK in app.tasks
 
 
-def test_one_beat_entry_requeues_every_kind_and_the_old_ones_stay_registered():
+def test_one_beat_entry_requeues_every_kind_and_no_other_requeue_task_is_left():
     app.loader.import_default_modules()
     beat = {entry["task"] for entry in django_settings.CELERY_BEAT_SCHEDULE.values()}
     assert beat == {"studio.tasks.jobs_requeue", "training.tasks.training_jobs_poll"}
-    # Messages may still wait under the old names.
-    for old in (
-        "rollouts.tasks.episodes_requeue_stale",
-        "rollouts.tasks.turn_bulk_flags_requeue",
-        "datasets.tasks.datasets_requeue_waiting",
-    ):
-        assert old in app.tasks
+    requeues = {name for name in app.tasks if "requeue" in name}
+    assert requeues == {"studio.tasks.jobs_requeue"}
 
 
 def test_a_kind_declared_twice_differently_is_refused():

@@ -8,13 +8,14 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from probes import runs
-from probes.models import ProbeRun, ProbeRunChunk, ProbeSet
+from probes import runs, selectors_runs
+from probes.jobs import PROBE_CHUNK
+from probes.models import ProbeRun, ProbeSet
 from probes.prompting import OBSERVATIONS
 from studio.commands import StudioCommand, progress_bar, usage_error
 from studio.queue import QUEUE_UNREACHABLE
 
-ENDED = (ProbeRun.Status.DONE, ProbeRun.Status.FAILED)
+ENDED = (ProbeRun.Status.DONE, ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED)
 
 
 class Command(StudioCommand):
@@ -76,21 +77,21 @@ class Command(StudioCommand):
                 total=run.questions_total, desc=f"probe run {run.id}", unit="question"
             ) as bar:
                 runs.probe_run_inline(run=run, progress=lambda n: bar.update(n - bar.n))
-        elif run.chunks.filter(
-            status=ProbeRunChunk.Status.PENDING, enqueued_at__isnull=True
-        ).exists():
+        elif PROBE_CHUNK.unsent(run=run):
             # Saved, not lost: the periodic requeue sends it once the broker answers again.
             self.stderr.write(f"{QUEUE_UNREACHABLE}; the run will start when it is back")
         if options["wait"]:
             self._wait(run)
-        summary = runs.probe_run_summary(run=run)
+        summary = selectors_runs.probe_run_summary(run=run)
         self.stdout.write(json.dumps(summary))
-        if (options["inline"] or options["wait"]) and run.status == ProbeRun.Status.FAILED:
-            # Scripts that wait must be able to tell a run that failed from one that did not.
+        stopped = (ProbeRun.Status.FAILED, ProbeRun.Status.CANCELED)
+        if (options["inline"] or options["wait"]) and run.status in stopped:
+            # Scripts that wait must be able to tell a run that failed (or was canceled while
+            # they waited) from one that did not.
             reason = run.error.splitlines()[0] if run.error else "see the run's page"
             raise CommandError(
-                f"probe run {run.id} failed after {run.answered} of {run.questions_total} "
-                f"questions: {reason}",
+                f"probe run {run.id} {run.status} after {run.answered} of "
+                f"{run.questions_total} questions: {reason}",
                 returncode=1,
             )
 
@@ -103,7 +104,7 @@ class Command(StudioCommand):
         else:
             stopped = runs.probe_run_cancel(run=run)
             self.stderr.write(f"Probe run {run.id} canceled: {stopped} chunk(s) stopped.")
-        self.stdout.write(json.dumps(runs.probe_run_summary(run=run)))
+        self.stdout.write(json.dumps(selectors_runs.probe_run_summary(run=run)))
 
     def _create(self, options: dict[str, Any]) -> ProbeRun:
         if options["set_id"] is None:
