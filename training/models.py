@@ -165,7 +165,7 @@ class TrainingEvent(models.Model):
         indexes = [
             models.Index(fields=["job", "time"]),
             # The loss chart reads a job's loss rows in step order, losses included, without
-            # the table (`training.selectors.job_loss_series`): a million rows in ~0.1 s.
+            # the table (`training.selectors.job_loss_series`), however many rows it has.
             models.Index(
                 fields=["job", "step"],
                 include=["train_loss", "validation_loss"],

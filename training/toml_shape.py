@@ -32,7 +32,7 @@ MAX_ENTRIES = 200
 MAX_WORD_CHARS = 100
 # Neither is an entry, but each is a step here and in tomllib.
 MAX_STRINGS_AND_BRACKETS = 1000
-# Anywhere in the text: tomllib decodes escapes one at a time, about 1 us each.
+# Anywhere in the text: tomllib decodes escapes one at a time, each a step of its own.
 MAX_BACKSLASHES = 1000
 
 _WORD = r"""[^\s=,\[\]{}#"'.]"""
