@@ -15,7 +15,6 @@ and counted as bad output).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from django.conf import settings as django_settings
 
 from probes.prompting import parse_choice
 from rollouts.policies.base import Decision, policy_seed
-from rollouts.policies.openai import ChatClient, ChatOptions, read_answer
+from rollouts.policies.openai import ChatClient, ChatOptions, HoldsChatClient, read_answer
 from rollouts.rollout_settings import default_of
 from studio.untrusted import storable
 
@@ -51,7 +50,7 @@ class Asked:
         return 1 + self.retries if self.model_called else 0
 
 
-class ProbeAsker:
+class ProbeAsker(HoldsChatClient):
     """One per chunk of a run (in one thread): `ask(messages, choices)` per question.
 
     `options`: the run's model, endpoint, URL and limits. The body's parameters are a batch's
@@ -66,23 +65,6 @@ class ProbeAsker:
                 "seed": policy_seed(seed=seed, sample=0),
             },
         )
-
-    # Set by the chunk: its claim check before each retry, and its count of each request.
-    @property
-    def before_retry(self) -> Callable[[], None] | None:
-        return self.chat.before_retry
-
-    @before_retry.setter
-    def before_retry(self, check: Callable[[], None] | None) -> None:
-        self.chat.before_retry = check
-
-    @property
-    def on_send(self) -> Callable[[bool], None] | None:
-        return self.chat.on_send
-
-    @on_send.setter
-    def on_send(self, count: Callable[[bool], None] | None) -> None:
-        self.chat.on_send = count
 
     def ask(self, messages: list[dict[str, Any]], choices: list[str]) -> Asked:
         """Ask one question; raises `PolicyUnavailable` only when the endpoint is unusable

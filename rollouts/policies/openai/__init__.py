@@ -46,6 +46,7 @@ from rollouts.policies.openai.chat_client import (
     PLACEHOLDER_API_KEY,
     ChatClient,
     ChatOptions,
+    HoldsChatClient,
     retry_after_seconds,
     shared_client,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "PLACEHOLDER_API_KEY",
     "ChatClient",
     "ChatOptions",
+    "HoldsChatClient",
     "OpenAIPolicy",
     "build_messages",
     "read_answer",

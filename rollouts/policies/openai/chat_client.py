@@ -138,6 +138,30 @@ class ChatOptions:
         )
 
 
+class HoldsChatClient:
+    """The two hooks a caller's owner sets (the recorder on a policy, a chunk on its asker),
+    kept by the `ChatClient` in `self.chat`: the stop check before each retry and the count
+    of each request as it leaves."""
+
+    chat: ChatClient
+
+    @property
+    def before_retry(self) -> Callable[[], None] | None:
+        return self.chat.before_retry
+
+    @before_retry.setter
+    def before_retry(self, check: Callable[[], None] | None) -> None:
+        self.chat.before_retry = check
+
+    @property
+    def on_send(self) -> Callable[[bool], None] | None:
+        return self.chat.on_send
+
+    @on_send.setter
+    def on_send(self, count: Callable[[bool], None] | None) -> None:
+        self.chat.on_send = count
+
+
 class ChatClient:
     """Calls to one endpoint for one caller (an episode, a probe chunk), in one thread.
 

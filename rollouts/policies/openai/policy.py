@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import openai
 from django.conf import settings as django_settings
 
@@ -14,6 +12,7 @@ from rollouts.policies.openai.chat_client import (
     PLACEHOLDER_API_KEY,
     ChatClient,
     ChatOptions,
+    HoldsChatClient,
     retry_after_seconds,
     shared_client,
 )
@@ -24,7 +23,7 @@ from studio.untrusted import storable
 __all__ = ["PLACEHOLDER_API_KEY", "OpenAIPolicy", "retry_after_seconds", "shared_client"]
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(HoldsChatClient):
     # Each turn is a paid request: the recorder checks for a cancel before each one.
     calls_model = True
 
@@ -55,24 +54,6 @@ class OpenAIPolicy:
         )
         # History shows each frame again in later turns: its base64 is made once.
         self.image_urls = ImageUrls(keep=settings.history_frames + 1)
-
-    # Set by the recorder on the policy, kept by its chat client: the stop check before each
-    # retry of a call (the batch was canceled) and the count of each request as it leaves.
-    @property
-    def before_retry(self) -> Callable[[], None] | None:
-        return self.chat.before_retry
-
-    @before_retry.setter
-    def before_retry(self, check: Callable[[], None] | None) -> None:
-        self.chat.before_retry = check
-
-    @property
-    def on_send(self) -> Callable[[bool], None] | None:
-        return self.chat.on_send
-
-    @on_send.setter
-    def on_send(self, count: Callable[[bool], None] | None) -> None:
-        self.chat.on_send = count
 
     def close(self) -> None:
         pass  # the client is shared by this process's episodes and outlives them
