@@ -39,6 +39,7 @@ from rollouts.review.turn_selection import (
     TurnSelection,
     turns_selected,
 )
+from studio.claims import Claim
 from studio.errors import plain_error
 from studio.jobs import JobOutcome
 
@@ -262,24 +263,24 @@ def dataset_version_export(*, version_id: int) -> JobOutcome:
     if token is None:
         return EXPORT.unclaimed(version_id)
     version = DatasetVersion.objects.get(id=version_id)
-    mine = (version_id, token)
+    claim = EXPORT.held(version_id, token)
     # Renewed all along, so its stale window (STUDIO_EXPORT_STALE_SECONDS) need only say how
     # long a dead worker goes unnoticed, not how long a phase may go without progress.
-    with EXPORT.kept(*mine):
-        return _version_export_claimed(version, mine)
+    with claim.kept():
+        return _version_export_claimed(version, claim)
 
 
-def _version_export_claimed(version: DatasetVersion, mine: tuple[int, str]) -> JobOutcome:
+def _version_export_claimed(version: DatasetVersion, claim: Claim) -> JobOutcome:
     version_id = version.id
     try:
         _attempt_leftovers_remove(version)
         filters = TurnSelection.from_json(version.filters)
         options = ExportOptions.from_json(version.export_options)
         total = export_count(filters)
-        EXPORT.renew(*mine, total_rows=total)
+        claim.renew(total_rows=total)
 
         def progress(done: int) -> None:
-            EXPORT.renew(*mine, progress_rows=min(done, total))
+            claim.renew(progress_rows=min(done, total))
 
         name, val_name = version_file_names(version)
         with _local_targets(name, val_name, prefix=_export_temp_prefix(version)) as (
@@ -299,17 +300,17 @@ def _version_export_claimed(version: DatasetVersion, mine: tuple[int, str]) -> J
             sources = {"train": path, **({"val": val_path} if result.val is not None else {})}
             hf = _version_hf(version=version, filters=filters, options=options, sources=sources)
     except ExportEmpty as exc:
-        _version_fail(mine, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
+        _version_fail(claim, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
         return "failed"
     except ExportRefused as exc:
         lines = exc.lines()
         shown = lines[:MAX_ERROR_LINES]
         more = f"\n... and {len(lines) - len(shown)} more" if len(lines) > len(shown) else ""
-        _version_fail(mine, f"{exc}\n" + "\n".join(shown) + more)
+        _version_fail(claim, f"{exc}\n" + "\n".join(shown) + more)
         return "failed"
     except Exception as exc:  # a poison version is set aside with its error, never retried
         logger.exception("dataset version %s export failed", version_id)
-        _version_fail(mine, plain_error(exc))
+        _version_fail(claim, plain_error(exc))
         return "failed"
     split: dict = {"val_fraction": options.val_fraction, "warnings": result.warnings()}
     if result.val is not None:
@@ -322,8 +323,7 @@ def _version_export_claimed(version: DatasetVersion, mine: tuple[int, str]) -> J
             "bytes": result.val.bytes,
         }
     scanned = max(total, result.train.rows + (result.val.rows if result.val else 0))
-    EXPORT.finish(
-        *mine,
+    claim.finish(
         file=name,
         sha256=result.train.sha256,
         bytes=result.train.bytes,
@@ -375,8 +375,8 @@ def _version_hf(
     return {"file": name, "sha256": digest, "bytes": size}
 
 
-def _version_fail(mine: tuple[int, str], error: str) -> None:
-    EXPORT.fail(*mine, error)
+def _version_fail(claim: Claim, error: str) -> None:
+    claim.fail(error)
 
 
 def _studio_tag() -> str:

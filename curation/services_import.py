@@ -27,6 +27,7 @@ from django.db import connection, connections, transaction
 from curation.importing import ImportFailed, import_file
 from curation.jobs import IMPORT
 from curation.models import DatasetImport
+from studio.claims import Claim
 from studio.errors import plain_error
 from studio.jobs import ClaimLost, JobOutcome
 
@@ -71,13 +72,12 @@ def dataset_import_run(*, job_id: int) -> JobOutcome:
     if token is None:
         return IMPORT.unclaimed(job_id)
     job = DatasetImport.objects.select_related("created_by").get(id=job_id)
-    mine = (job_id, token)
-    reporter = _Reporter(job_id=job_id, token=token)
+    claim = IMPORT.held(job_id, token)
+    reporter = _Reporter(claim)
 
     def finish(summary: dict[str, Any]) -> None:
         # In the import's own transaction: its rows commit only with this row's `done`.
-        done = IMPORT.finish(
-            *mine,
+        done = claim.finish(
             phase=DatasetImport.Phase.ENDED,
             summary=summary,
             dataset_id=summary["dataset_id"],
@@ -104,19 +104,18 @@ def dataset_import_run(*, job_id: int) -> JobOutcome:
     except ClaimLost:
         return "claim_lost"
     except ImportFailed as exc:
-        _fail(mine, upload=job.upload, error=str(exc), errors=exc.errors)
+        _fail(claim, upload=job.upload, error=str(exc), errors=exc.errors)
         return "failed"
     except Exception as exc:  # a poison import is set aside with its error, never retried
         logger.exception("import %s failed", job_id)
-        _fail(mine, upload=job.upload, error=plain_error(exc), errors=[])
+        _fail(claim, upload=job.upload, error=plain_error(exc), errors=[])
         return "failed"
     _remove_upload(job.upload)
     return "done"
 
 
-def _fail(mine: tuple[int, str], *, upload: str, error: str, errors: list[str]) -> None:
-    ended = IMPORT.fail(
-        *mine,
+def _fail(claim: Claim, *, upload: str, error: str, errors: list[str]) -> None:
+    ended = claim.fail(
         error,
         phase=DatasetImport.Phase.ENDED,
         # Line errors, each one line of the file: not the job's error.
@@ -138,8 +137,8 @@ class _Reporter:
     invisible until the end, so it goes through a connection of its own.
     """
 
-    def __init__(self, *, job_id: int, token: str) -> None:
-        self.mine = (job_id, token)
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
         self.last = 0.0
 
     def _update(self, force: bool = False, **fields: Any) -> None:
@@ -148,7 +147,7 @@ class _Reporter:
             return
         self.last = now
         if not connection.in_atomic_block:
-            IMPORT.renew(*self.mine, raise_lost=True, **fields)
+            self.claim.renew(raise_lost=True, **fields)
             return
         if connection.vendor == "sqlite":
             # One writer at a time: a second connection would wait on the write pass itself.
@@ -156,7 +155,7 @@ class _Reporter:
 
         def outside() -> None:
             try:
-                IMPORT.renew(*self.mine, **fields)
+                self.claim.renew(**fields)
             finally:
                 connections.close_all()
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from curation.models import DatasetVersion
+from studio.claims import Claim
 from studio.endpoints import endpoint_api_key, endpoint_get, endpoint_read_since
 from studio.jobs import error_cut
 from studio.models import Endpoint
 from training.config import TrainingConfig
-from training.jobs import SUBMISSION
 from training.models import TrainingEvent, TrainingJob
 from training.providers import (
     Provider,
@@ -164,11 +164,11 @@ def _note(job: TrainingJob, kind: str, message: str, *, level: str = "info") -> 
     )
 
 
-def _fail(job: TrainingJob, error: str, token: str | None = None) -> None:
-    """Fail the job: through the submission's claim with `token`, else (a poll) as it is."""
+def _fail(job: TrainingJob, error: str, claim: Claim | None = None) -> None:
+    """Fail the job: through the submission's `claim`, else (a poll) as it is."""
     logger.warning("training job %s failed: %s", job.id, error.splitlines()[0][:200])
-    if token is not None:
-        SUBMISSION.fail(job.id, token, error, claim_token="")
+    if claim is not None:
+        claim.fail(error, claim_token="")
     else:
         TrainingJob.objects.filter(id=job.id).update(
             status=TrainingJob.Status.FAILED,

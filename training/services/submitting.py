@@ -17,6 +17,7 @@ from pathlib import Path
 from django.db.models import F
 from django.utils import timezone
 
+from studio.claims import Claim
 from studio.jobs import ClaimLost, JobOutcome, error_cut
 from training.config import TrainingConfig
 from training.jobs import SUBMISSION
@@ -41,23 +42,24 @@ def training_job_submit(*, job_id: int, last_attempt: bool = False) -> JobOutcom
     token = SUBMISSION.claim(job_id, attempts=F("attempts") + 1)
     if token is None:
         return _unclaimed(job_id)
+    claim = SUBMISSION.held(job_id, token)
     job = TrainingJob.objects.select_related("dataset_version", "validation_version").get(id=job_id)
     try:
-        return _submit_claimed(job, token)
+        return _submit_claimed(job, claim)
     except ClaimLost:
         return "busy"
     except ProviderError as exc:
         if exc.retryable and not last_attempt:
             # Hand the claim back at once; the task tries again after a backoff.
-            SUBMISSION.release(job_id, token, error=error_cut(str(exc)))
+            claim.release(error=error_cut(str(exc)))
             _note(job, "retry", f"Will retry: {exc}", level=TrainingEvent.Level.WARNING)
             return "retry"
-        _fail(job, str(exc), token=token)
+        _fail(job, str(exc), claim=claim)
         return "failed"
     except Exception as exc:
         # A poison job is set aside with its error, never crash-looped.
         logger.exception("training job %s: submission failed", job_id)
-        _fail(job, f"{type(exc).__name__}: {exc}", token=token)
+        _fail(job, f"{type(exc).__name__}: {exc}", claim=claim)
         return "failed"
 
 
@@ -76,15 +78,15 @@ def _unclaimed(job_id: int) -> JobOutcome:
     return SUBMISSION.unclaimed(job_id)
 
 
-def _submit_claimed(job: TrainingJob, token: str) -> JobOutcome:
+def _submit_claimed(job: TrainingJob, claim: Claim) -> JobOutcome:
     """The submission's steps, each skipped when the row says it was done: upload the files,
     create the remote job, start it."""
     provider = _provider(job)
-    if _upload_files(job, token, provider) == "failed":
+    if _upload_files(job, claim, provider) == "failed":
         return "failed"
-    if not job.remote_job_id and _create_remote_job(job, token, provider) == "canceled":
+    if not job.remote_job_id and _create_remote_job(job, claim, provider) == "canceled":
         return "canceled"
-    if job.submitted_at is None and not _start(job, token, provider):
+    if job.submitted_at is None and not _start(job, claim, provider):
         return "busy"
     job.refresh_from_db()
     if job.cancel_requested:
@@ -92,7 +94,7 @@ def _submit_claimed(job: TrainingJob, token: str) -> JobOutcome:
     return "submitted"
 
 
-def _upload_files(job: TrainingJob, token: str, provider: Provider) -> JobOutcome | None:
+def _upload_files(job: TrainingJob, claim: Claim, provider: Provider) -> JobOutcome | None:
     """Build and upload the files not uploaded yet; "failed" when the data is refused."""
     source = validation_source(
         version=job.dataset_version, validation_version=job.validation_version
@@ -103,7 +105,7 @@ def _upload_files(job: TrainingJob, token: str, provider: Provider) -> JobOutcom
         return None
 
     def heartbeat() -> None:
-        SUBMISSION.renew(job.id, token, raise_lost=True)
+        claim.renew(raise_lost=True)
 
     directory = Path(tempfile.mkdtemp(prefix=f"studio-training-{job.id}-"))
     try:
@@ -117,27 +119,25 @@ def _upload_files(job: TrainingJob, token: str, provider: Provider) -> JobOutcom
                 heartbeat=heartbeat,
             )
         except DataRefused as exc:
-            _fail(job, "The data was refused before upload:\n" + "\n".join(exc.lines), token)
+            _fail(job, "The data was refused before upload:\n" + "\n".join(exc.lines), claim)
             return "failed"
         if not job.remote_training_file_id:
-            _upload_training(job, token, provider, training)
+            _upload_training(job, claim, provider, training)
         if validation is not None and not job.remote_validation_file_id:
             assert source is not None
-            _upload_validation(job, token, provider, validation, source)
+            _upload_validation(job, claim, provider, validation, source)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return None
 
 
 def _upload(
-    job: TrainingJob, token: str, provider: Provider, file: UploadFile, *, role: str
+    job: TrainingJob, claim: Claim, provider: Provider, file: UploadFile, *, role: str
 ) -> str:
     """Upload the `role` ("training" or "validation") file; its id is written the moment it
     is known, so a second delivery never uploads it again."""
     file_id = provider.upload(file=file, idempotency_key=f"{job.idempotency_key}-{role[0]}")
-    SUBMISSION.renew(
-        job.id,
-        token,
+    claim.renew(
         **{
             f"remote_{role}_file_id": file_id,
             f"{role}_file_sha256": file.sha256,
@@ -149,16 +149,16 @@ def _upload(
     return file_id
 
 
-def _upload_training(job: TrainingJob, token: str, provider: Provider, file: UploadFile) -> None:
+def _upload_training(job: TrainingJob, claim: Claim, provider: Provider, file: UploadFile) -> None:
     _note(job, "upload", f"Uploading {file.rows} rows ({file.bytes} bytes)")
-    file_id = _upload(job, token, provider, file, role="training")
+    file_id = _upload(job, claim, provider, file, role="training")
     _note(job, "uploaded", f"Training file {file_id} (sha256 {file.sha256})")
 
 
 def _upload_validation(
-    job: TrainingJob, token: str, provider: Provider, file: UploadFile, source: ValidationSource
+    job: TrainingJob, claim: Claim, provider: Provider, file: UploadFile, source: ValidationSource
 ) -> None:
-    file_id = _upload(job, token, provider, file, role="validation")
+    file_id = _upload(job, claim, provider, file, role="validation")
     origin = (
         f"the validation split of version {source.version.id}"
         if source.is_split
@@ -171,7 +171,7 @@ def _upload_validation(
     )
 
 
-def _create_remote_job(job: TrainingJob, token: str, provider: Provider) -> JobOutcome | None:
+def _create_remote_job(job: TrainingJob, claim: Claim, provider: Provider) -> JobOutcome | None:
     """Create the remote job once, even across a worker that died mid-way; "canceled" when a
     cancel was asked for before it existed."""
     spec = JobSpec(
@@ -190,18 +190,18 @@ def _create_remote_job(job: TrainingJob, token: str, provider: Provider) -> JobO
         # A worker died between the provider's answer and saving it: look first.
         remote_id = provider.find_job(idempotency_key=job.idempotency_key)
     if not remote_id:
-        SUBMISSION.renew(job.id, token, create_attempts=job.create_attempts + 1)
+        claim.renew(create_attempts=job.create_attempts + 1)
         remote_id = provider.create_job(spec=spec, idempotency_key=job.idempotency_key)
-    SUBMISSION.renew(job.id, token, remote_job_id=remote_id)
+    claim.renew(remote_job_id=remote_id)
     job.remote_job_id = remote_id
     _note(job, "created_remote", f"Remote job {remote_id} created")
     return None
 
 
-def _start(job: TrainingJob, token: str, provider: Provider) -> bool:
+def _start(job: TrainingJob, claim: Claim, provider: Provider) -> bool:
     """Start the remote job and end the claim as submitted; False: the claim was lost."""
     provider.start_job(remote_job_id=job.remote_job_id)
-    if not SUBMISSION.finish(job.id, token, submitted_at=timezone.now(), claim_token=""):
+    if not claim.finish(submitted_at=timezone.now(), claim_token=""):
         return False
     _note(job, "started", "Job started")
     return True
