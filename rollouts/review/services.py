@@ -142,6 +142,7 @@ def turn_bulk_flag_run(*, job_id: int) -> JobOutcome:
     token = BULK_FLAG.claim(job_id)
     if token is None:
         return BULK_FLAG.unclaimed(job_id)
+    claim = BULK_FLAG.held(job_id, token)
     job = TurnBulkFlag.objects.get(id=job_id)
     try:
         turns = turns_selected(turn_bulk_flag_filters(job=job)).exclude(flagged=job.flagged)
@@ -157,18 +158,16 @@ def turn_bulk_flag_run(*, job_id: int) -> JobOutcome:
                 changed = Turn.objects.filter(id__in=ids, flagged=not job.flagged).update(
                     flagged=job.flagged, reviewed_by=job.created_by, reviewed_at=timezone.now()
                 )
-                renewed = BULK_FLAG.renew(
-                    job_id, token, changed=F("changed") + changed, last_turn_id=ids[-1]
-                )
+                renewed = claim.renew(changed=F("changed") + changed, last_turn_id=ids[-1])
                 if not renewed:
                     transaction.set_rollback(True)
                     return "claim_lost"
             last = ids[-1]
     except Exception as exc:
         logger.exception("bulk flag %s failed", job_id)
-        BULK_FLAG.fail(job_id, token, str(exc))
+        claim.fail(str(exc))
         return "failed"
-    BULK_FLAG.finish(job_id, token)
+    claim.finish()
     return "done"
 
 
