@@ -145,22 +145,10 @@ class Replaying:
                 raise ForkDiverged(
                     f"fork diverged: the replayed game ended at turn {index - 1}, before the fork"
                 )
-            executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
-                env, list(source["actions"]), frame, png, unlocked
+            copied = {name: source[name] for name in FORK_COPIED_FIELDS}
+            frame, png, done = self._replay_turn(
+                env, source["actions"], frame, png, unlocked, history, index=index, **copied
             )
-            self._turns.append(
-                Turn(
-                    episode=self.episode,
-                    index=index,
-                    frame=frame,
-                    actions=executed,
-                    reward=reward,
-                    achievements_unlocked=new_unlocks,
-                    **{name: source[name] for name in FORK_COPIED_FIELDS},
-                )
-            )
-            history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
-            frame, png = next_frame, next_png
         turn_index = len(self.prefix.turns)
         if frame.step != self.prefix.fork_step:
             raise ForkDiverged(
@@ -168,24 +156,48 @@ class Replaying:
                 f"{self.prefix.fork_step}"
             )
         if self.prefix.correction and not done:
-            observation = text_observation(env)
-            executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
-                env, list(self.prefix.correction), frame, png, unlocked
-            )
             # A person chose these actions: the turn carries no model text.
-            self._turns.append(
-                Turn(
-                    episode=self.episode,
-                    index=turn_index,
-                    frame=frame,
-                    observation_text=observation,
-                    model_text=None,
-                    actions=executed,
-                    reward=reward,
-                    achievements_unlocked=new_unlocks,
-                )
+            frame, png, done = self._replay_turn(
+                env,
+                self.prefix.correction,
+                frame,
+                png,
+                unlocked,
+                history,
+                index=turn_index,
+                observation_text=text_observation(env),
+                model_text=None,
             )
-            history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
-            frame, png = next_frame, next_png
             turn_index += 1
         return frame, png, turn_index, done
+
+    def _replay_turn(
+        self,
+        env: StudioEnv,
+        actions,
+        frame: Frame,
+        png: bytes,
+        unlocked: set[str],
+        history: deque[PastTurn],
+        *,
+        index: int,
+        **fields,
+    ) -> tuple[Frame, bytes, bool]:
+        """Play one turn of the prefix and keep its row (with `fields`) for the first chunk:
+        the next frame, its PNG, and whether the game ended."""
+        executed, reward, new_unlocks, next_frame, next_png, done = self._execute(
+            env, list(actions), frame, png, unlocked
+        )
+        self._turns.append(
+            Turn(
+                episode=self.episode,
+                index=index,
+                frame=frame,
+                actions=executed,
+                reward=reward,
+                achievements_unlocked=new_unlocks,
+                **fields,
+            )
+        )
+        history.append(PastTurn(frame_step=frame.step, png=png, actions=tuple(executed)))
+        return next_frame, next_png, done
