@@ -21,8 +21,9 @@ $(BASE_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PIP) install --quiet -e .
 	touch $@
 
+# The tests train a tiny open model (the `trl` provider): the train extra too.
 $(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e '.[dev,train]'
 	touch $@ $(BASE_STAMP)
 
 install: $(DEV_STAMP)

@@ -215,12 +215,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 STUDIO_CONTROL_QUEUE = "studio-control"
 STUDIO_MODEL_QUEUE = "studio-model"
+# Training an open model (the `trl` provider) takes a machine's cores or GPU for hours, and
+# the `.[train]` extra: only a worker started with `-Q train` on such a machine takes it.
+STUDIO_TRAIN_QUEUE = "train"
 CELERY_TASK_QUEUES = [
     Queue("celery", Exchange("celery"), routing_key="celery"),
     Queue(STUDIO_CONTROL_QUEUE, Exchange(STUDIO_CONTROL_QUEUE), routing_key=STUDIO_CONTROL_QUEUE),
     Queue(STUDIO_MODEL_QUEUE, Exchange(STUDIO_MODEL_QUEUE), routing_key=STUDIO_MODEL_QUEUE),
+    Queue(STUDIO_TRAIN_QUEUE, Exchange(STUDIO_TRAIN_QUEUE), routing_key=STUDIO_TRAIN_QUEUE),
 ]
-CELERY_TASK_ROUTES = {"studio.tasks.jobs_requeue": {"queue": STUDIO_CONTROL_QUEUE}}
+CELERY_TASK_ROUTES = {
+    "studio.tasks.jobs_requeue": {"queue": STUDIO_CONTROL_QUEUE},
+    "training.tasks.training_local_run": {"queue": STUDIO_TRAIN_QUEUE},
+}
 CELERY_BEAT_SCHEDULE = {
     # Every job kind (`studio.jobs`): what a dead worker left, or what never reached the broker.
     # Often enough that an episode whose worker died (stale after 30 s) is taken over within
@@ -292,6 +299,10 @@ STUDIO_TRAINING_MAX_RETRIES = env.int("STUDIO_TRAINING_MAX_RETRIES", default=4)
 STUDIO_TRAINING_POLL_SECONDS = env.float("STUDIO_TRAINING_POLL_SECONDS", default=15.0)
 # A submission whose worker has not written for this long is presumed dead and re-claimed.
 STUDIO_TRAINING_STALE_SECONDS = env.int("STUDIO_TRAINING_STALE_SECONDS", default=300)
+# A `trl` run whose train worker has not renewed its claim for this long is presumed dead: the
+# periodic requeue sends it again, and the next train worker resumes from its checkpoint. Its
+# claim is renewed by a thread, however long a step takes.
+STUDIO_TRAINING_RUN_STALE_SECONDS = env.int("STUDIO_TRAINING_RUN_STALE_SECONDS", default=120)
 # The deadline of one provider call, connect to last byte (a read timeout alone let a server
 # sending a byte every 4 s hold a worker for minutes); an upload's is longer.
 STUDIO_TRAINING_CALL_SECONDS = env.float("STUDIO_TRAINING_CALL_SECONDS", default=60.0)

@@ -11,3 +11,6 @@ class TrainingConfig(AppConfig):
             jobs,  # noqa: F401
             providers,  # noqa: F401
         )
+
+        # Registered here, after `providers`' own list: its client reads the models.
+        from training.providers import trl  # noqa: F401

@@ -12,7 +12,7 @@ from curation.selectors import version_models
 from studio.endpoints import endpoints_enabled
 from studio.models import Endpoint
 from training.config import ConfigError, config_load, reference_text
-from training.providers import provider_kinds, provider_names
+from training.providers import provider_kind, provider_kinds, provider_names
 from training.services import Submission, SubmissionError
 from training.submission import submission_build
 
@@ -61,13 +61,16 @@ class TrainingJobForm(forms.Form):
     provider = forms.ChoiceField(choices=_provider_choices, initial="synth")
     endpoint = forms.ChoiceField(
         widget=EndpointSelect,
-        help_text="Named by an admin; the key is read on the worker from the variable it names.",
+        required=False,
+        help_text="Named by an admin; the key is read on the worker from the variable it names. "
+        "None for a provider that trains on the studio's own workers (trl).",
     )
     model = forms.CharField(
         required=False,
         max_length=200,
         help_text="Empty: the model that played the dataset's turns, or [job] model of the "
-        "config when no model played them.",
+        "config when no model played them. trl: the open model to start from (a directory on "
+        "the train worker or a Hugging Face id), [job] model when empty.",
     )
     config = forms.CharField(
         label="Config (TOML)",
@@ -85,6 +88,7 @@ class TrainingJobForm(forms.Form):
         served = [
             (e, kind.name)
             for kind in provider_kinds()
+            if kind.endpoint_kind
             for e in endpoints_enabled(kind=kind.endpoint_kind)
         ]
         endpoints = [e for e, _ in served]
@@ -97,6 +101,8 @@ class TrainingJobForm(forms.Form):
             self._initial_choices(endpoints)
         self.submission: Submission | None = None
         self.config_errors: list[tuple[int | None, str]] = []
+        # What the page says of providers that run on our own workers (trl), by name.
+        self.provider_notices = [(k.name, k.notice) for k in provider_kinds() if k.notice]
 
     def _initial_choices(self, endpoints: list[Endpoint]) -> None:
         """What a new form can choose alone: a provider that has an endpoint, its first
@@ -117,12 +123,19 @@ class TrainingJobForm(forms.Form):
         data = super().clean()
         endpoint = data.get("endpoint")
         provider = data.get("provider")
-        if endpoint and provider and self.endpoint_kinds.get(endpoint) != provider:
+        remote = provider_kind(provider).needs_url if provider else True
+        if not remote:
+            endpoint = ""  # trained on our own workers: no endpoint, whatever was selected
+        elif endpoint and provider and self.endpoint_kinds.get(endpoint) != provider:
             self.add_error("endpoint", f"{endpoint!r} is not a {provider} endpoint")
+        elif provider and not endpoint:
+            self.add_error("endpoint", f"the {provider} provider needs an endpoint")
         if "config" not in data:
             return data
         version, validation = data.get("dataset_version"), data.get("validation_version")
-        model = data.get("model") or (self._recorded_model(version) if version else "")
+        # A local run fine-tunes an open model, never the hosted one that played the turns.
+        recorded = self._recorded_model(version) if version and remote else ""
+        model = data.get("model") or recorded
         if self.errors:
             # Another field is wrong: the config is still checked on its own, so that its
             # errors stay beside their lines until they are fixed.

@@ -1,13 +1,14 @@
-"""The background job of training, declared once (`studio.jobs`): a job's submission to its
-provider (upload, create, start). Following the remote job afterwards is the poll's
-(`training.tasks.training_jobs_poll`), not a claimed job."""
+"""The background jobs of training, declared once (`studio.jobs`): a job's submission to its
+provider (upload, create, start), and the `trl` provider's run on a train worker. Following
+the remote job afterwards is the poll's (`training.tasks.training_jobs_poll`), not a claimed
+job."""
 
 from __future__ import annotations
 
 from django.db.models import Q
 
 from studio.jobs import JobKind, register
-from training.models import TrainingJob
+from training.models import LocalRun, TrainingJob
 
 SUBMISSION = register(
     JobKind(
@@ -32,3 +33,19 @@ SUBMISSION = register(
 
 # Sent about a job whose remote side exists, through the kind's send path.
 CANCEL_TASK = "training.tasks.training_job_cancel"
+
+# A `trl` job's training, on a worker consuming the `train` queue (its task's route in
+# `studio.settings`). A worker that dies mid-run leaves its claim to go stale; the requeue
+# sends the run again and the next train worker resumes from its last stored checkpoint.
+LOCAL_RUN = register(
+    JobKind(
+        name="training_local_run",
+        model=LocalRun,
+        task="training.tasks.training_local_run",
+        stale_setting="STUDIO_TRAINING_RUN_STALE_SECONDS",
+        finished=LocalRun.Status.DONE,
+        # A run whose cancel was asked for is never taken again (nor sent again).
+        claimable=Q(cancel_requested=False),
+        hours=72,
+    )
+)

@@ -177,3 +177,68 @@ class TrainingEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type or self.level}: {self.message[:60]}"
+
+
+class LocalRun(ClaimedJob):
+    """The "remote" side of a `trl` job: training on a machine of ours, by a worker that
+    consumes the `train` queue. One per job; the `trl` provider reads it as any provider's
+    API is read (state, events, metrics) and asks it to stop (`cancel_requested`)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # waiting for a train worker
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    job = models.OneToOneField(TrainingJob, on_delete=models.CASCADE, related_name="local_run")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    cancel_requested = models.BooleanField(default=False)
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    # The step of the latest checkpoint in storage (0: none yet): where a next worker resumes.
+    checkpoint_step = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    fine_tuned_model = models.CharField(max_length=300, blank=True)
+    model_sha256 = models.CharField(max_length=64, blank=True)
+    train_loss = models.FloatField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"Local run {self.pk} of job {self.job_id} ({self.status})"
+
+
+class LocalRunEvent(models.Model):
+    """An event or a metric point of a local run, numbered (its id) for the provider's
+    cursors. A metric point is kept once per (run, name, step): a run resumed from a
+    checkpoint logs its steps since then again, and the curve must not show them twice."""
+
+    class Kind(models.TextChoices):
+        EVENT = "event"
+        METRIC = "metric"
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(LocalRun, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    time = models.DateTimeField()
+    level = models.CharField(max_length=20, default="info")
+    type = models.CharField(max_length=100, blank=True)
+    message = models.TextField(blank=True)
+    # A metric point: "train" or "validation", its step and value.
+    name = models.CharField(max_length=20, blank=True)
+    step = models.IntegerField(null=True, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "name", "step"],
+                condition=Q(kind="metric"),
+                name="local_run_metric_once",
+            ),
+        ]
+        indexes = [models.Index(fields=["run", "kind", "id"], name="local_run_event_cursor")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.type or self.name}: {self.message[:60]}"

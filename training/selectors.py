@@ -9,7 +9,8 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet
 
 from training.jobs import SUBMISSION
-from training.models import TrainingEvent, TrainingJob
+from training.models import LocalRun, TrainingEvent, TrainingJob
+from training.providers import provider_kind, provider_names
 from training.upload_files import ValidationSource, validation_source
 
 # The job page is refreshed every few seconds by every open tab: it shows a bounded page.
@@ -57,9 +58,45 @@ def job_validation_source(*, job: TrainingJob) -> ValidationSource | None:
     source = validation_source(
         version=job.dataset_version, validation_version=job.validation_version
     )
-    if source and source.is_split and job.remote_job_id and not job.remote_validation_file_id:
+    known = job.provider in provider_names()
+    uploads = provider_kind(job.provider).uploads_files if known else True
+    if (
+        uploads
+        and source
+        and source.is_split
+        and job.remote_job_id
+        and not job.remote_validation_file_id
+    ):
         return None  # created remotely before a version's own split was sent
     return source
+
+
+@dataclass(frozen=True)
+class LocalRunShown:
+    """What the job page says of a job trained on our own workers (the `trl` provider)."""
+
+    notice: str
+    waiting: bool  # no train worker has taken the run yet
+    step: int = 0
+    total_steps: int = 0
+    checkpoint_step: int = 0
+
+
+def job_local_run(*, job: TrainingJob) -> LocalRunShown | None:
+    """None for a job of a provider reached through a URL; else one read of its run."""
+    if job.provider not in provider_names() or provider_kind(job.provider).needs_url:
+        return None
+    notice = provider_kind(job.provider).notice
+    run = LocalRun.objects.filter(job_id=job.id).first()
+    if run is None:
+        return LocalRunShown(notice=notice, waiting=job.is_active)
+    return LocalRunShown(
+        notice=notice,
+        waiting=run.status == LocalRun.Status.PENDING and not run.cancel_requested,
+        step=run.step,
+        total_steps=run.total_steps,
+        checkpoint_step=run.checkpoint_step,
+    )
 
 
 def job_unsent(*, job_id: int) -> bool:

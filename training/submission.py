@@ -11,8 +11,8 @@ from typing import Any
 
 from curation.models import Dataset, DatasetVersion
 from studio.endpoints import EndpointError
-from training.config import ConfigError, config_load
-from training.providers import provider_kinds, provider_names
+from training.config import ConfigError, TrainingConfig, config_load
+from training.providers import ProviderKind, provider_kinds, provider_names
 from training.services import Submission, SubmissionError, endpoint_target
 
 
@@ -55,6 +55,43 @@ def _resolve_reference(value: Any) -> DatasetVersion | str:
     if version is None:
         return f"dataset {text!r} has no finished version"
     return version
+
+
+def _kind_checks(kind: ProviderKind, config: TrainingConfig, versions: list) -> None:
+    """What the provider itself refuses: settings it cannot honour (one line each), a version
+    without the Hugging Face export it trains on."""
+    lines = list(kind.refusals(config.sections)) if kind.refusals is not None else []
+    if not kind.uploads_files:
+        lines += [
+            f"dataset version {v.id}: no Hugging Face export (made by versions exported since "
+            "it exists); export the dataset again"
+            for v in versions
+            if v is not None and not (v.hf_file and v.hf_sha256)
+        ]
+    if lines:
+        raise SubmissionError(lines)
+
+
+def _target(kind: ProviderKind, *, base_url: str, endpoint_name: str) -> tuple[str, str]:
+    """(base URL, key variable): an admin-named endpoint's, or the command line's."""
+    api_key_env = kind.key_env
+    if endpoint_name:
+        try:
+            base_url, api_key_env = endpoint_target(name=endpoint_name, provider=kind.name)
+        except EndpointError as exc:
+            raise SubmissionError([str(exc)]) from None
+    else:
+        base_url = base_url or kind.default_url()
+        if not base_url:
+            raise SubmissionError(
+                [
+                    f"base URL: give --base-url or set {kind.url_setting} "
+                    f"for the {kind.name} provider"
+                ]
+            )
+    if not base_url.startswith(("http://", "https://")):
+        raise SubmissionError([f"base URL: {base_url!r} is not an http(s) URL"])
+    return base_url, api_key_env
 
 
 def submission_build(
@@ -105,24 +142,12 @@ def submission_build(
     if validation is not None and validation.id == version.id:
         raise SubmissionError(["validation version: the same version as the training data"])
 
-    api_key_env = ""
-    if endpoint_name:
-        try:
-            base_url, api_key_env = endpoint_target(name=endpoint_name, provider=provider)
-        except EndpointError as exc:
-            raise SubmissionError([str(exc)]) from None
+    _kind_checks(kind, config, [version, validation])
+    if not kind.needs_url:
+        # Trained on our own workers: no URL, no key, no endpoint.
+        base_url, api_key_env, endpoint_name = kind.default_url(), "", ""
     else:
-        api_key_env = kind.key_env
-        base_url = base_url or kind.default_url()
-        if not base_url:
-            raise SubmissionError(
-                [
-                    f"base URL: give --base-url or set {kind.url_setting} "
-                    f"for the {kind.name} provider"
-                ]
-            )
-    if not base_url.startswith(("http://", "https://")):
-        raise SubmissionError([f"base URL: {base_url!r} is not an http(s) URL"])
+        base_url, api_key_env = _target(kind, base_url=base_url, endpoint_name=endpoint_name)
     return Submission(
         version=version,
         validation_version=validation,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 
 from studio.jobs import JobOutcome, job_task, outage_said_in_one_line
-from training import services
-from training.jobs import SUBMISSION
+from training import local_run_worker, services
+from training.jobs import LOCAL_RUN, SUBMISSION
 
 
 @job_task(SUBMISSION)
@@ -14,6 +14,12 @@ def training_job_submit(job_id: int, *, last_attempt: bool) -> JobOutcome:
     # A provider that refused (429, 5xx, unreachable) is tried again after the kind's
     # countdowns (`training.jobs.SUBMISSION`); its last try fails the job instead.
     return services.training_job_submit(job_id=job_id, last_attempt=last_attempt)
+
+
+@job_task(LOCAL_RUN)
+def training_local_run(run_id: int) -> JobOutcome:
+    # Routed to the `train` queue: only a worker with the `.[train]` extra should take it.
+    return local_run_worker.local_run_work(run_id=run_id)
 
 
 @shared_task(acks_late=True, time_limit=600)

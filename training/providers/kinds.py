@@ -25,11 +25,21 @@ class ProviderKind:
     url_setting: str
     # The export row format its files are uploaded in (curation.row_formats).
     row_format: str
-    # The admin-named endpoints (studio.Endpoint kind) a browser job may pick for it.
+    # The admin-named endpoints (studio.Endpoint kind) a browser job may pick for it ("": a
+    # provider that `needs_url` no more has none).
     endpoint_kind: str
     endpoint_label: str
     # TOML keys it reads beyond the shared ones (training.config.SCHEMA), by section.
     config_keys: ConfigKeys = field(default_factory=dict)
+    # False: it is reached through no URL and with no key (it trains on our own machines), so
+    # a submission asks for neither and names no endpoint.
+    needs_url: bool = True
+    # False: nothing is uploaded; it trains on the version's Hugging Face export as stored.
+    uploads_files: bool = True
+    # The settings of a config it cannot honour, one line each (refused at submission).
+    refusals: Callable[[dict[str, dict]], list[str]] | None = None
+    # One plain sentence the job form and the job page show of where its jobs run.
+    notice: str = ""
 
 
 _KINDS: dict[str, ProviderKind] = {}
@@ -44,7 +54,8 @@ def register(kind: ProviderKind) -> ProviderKind:
         raise ValueError(f"training provider {kind.name!r} is registered twice")
     schema_add(kind.config_keys)
     _KINDS[kind.name] = kind
-    endpoint_kind_add(kind.endpoint_kind, kind.endpoint_label)
+    if kind.endpoint_kind:
+        endpoint_kind_add(kind.endpoint_kind, kind.endpoint_label)
     return kind
 
 
@@ -54,7 +65,8 @@ def unregister(name: str) -> None:
 
     kind = _KINDS.pop(name, None)
     if kind is not None:
-        endpoint_kind_remove(kind.endpoint_kind)
+        if kind.endpoint_kind:
+            endpoint_kind_remove(kind.endpoint_kind)
         schema_remove(kind.config_keys)
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 from curation.models import DatasetVersion
 from training.jobs import CANCEL_TASK, SUBMISSION
 from training.models import TrainingEvent, TrainingJob
-from training.providers import ProviderError, provider_for
+from training.providers import ProviderError, provider_for, provider_kind
 from training.providers.base import PlannedRequest, UploadFile
 from training.providers.http import call_seconds
 from training.services.common import (
@@ -71,7 +71,7 @@ def training_job_plan(*, submission: Submission, build_files: bool) -> list[Plan
         version=submission.version, validation_version=submission.validation_version
     )
     spec = submission.spec(validation_file_id="{validation_file_id}" if source else "")
-    if not build_files:
+    if not build_files or not provider_kind(submission.provider).uploads_files:
         return provider.plan(
             spec=spec,
             training=_unbuilt("train", submission.provider, rows=submission.version.rows),

@@ -22,7 +22,7 @@ from studio.jobs import ClaimLost, JobOutcome, error_cut
 from training.config import TrainingConfig
 from training.jobs import SUBMISSION
 from training.models import TrainingEvent, TrainingJob
-from training.providers import Provider, ProviderError
+from training.providers import Provider, ProviderError, provider_kind
 from training.providers.base import JobSpec, UploadFile
 from training.services.common import _fail, _finish, _note, _provider, job_metadata
 from training.services.jobs import _build_files, training_job_cancel_remote
@@ -96,6 +96,9 @@ def _submit_claimed(job: TrainingJob, claim: Claim) -> JobOutcome:
 
 def _upload_files(job: TrainingJob, claim: Claim, provider: Provider) -> JobOutcome | None:
     """Build and upload the files not uploaded yet; "failed" when the data is refused."""
+    if not provider_kind(job.provider).uploads_files:
+        _note_export(job, claim)
+        return None
     source = validation_source(
         version=job.dataset_version, validation_version=job.validation_version
     )
@@ -129,6 +132,26 @@ def _upload_files(job: TrainingJob, claim: Claim, provider: Provider) -> JobOutc
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return None
+
+
+def _note_export(job: TrainingJob, claim: Claim) -> None:
+    """A provider that trains on the version's Hugging Face export as stored: what it is
+    recorded as the job's training file, once."""
+    version = job.dataset_version
+    if job.training_file_sha256:
+        return
+    claim.renew(
+        training_file_sha256=version.hf_sha256,
+        training_file_bytes=version.hf_bytes,
+        training_file_rows=version.rows,
+    )
+    job.training_file_sha256 = version.hf_sha256
+    _note(
+        job,
+        "dataset",
+        f"Training on the Hugging Face export of version {version.id}: {version.rows} rows "
+        f"(sha256 {version.hf_sha256})",
+    )
 
 
 def _upload(
