@@ -52,7 +52,7 @@ def _submit_training_help() -> str:
 
 def test_the_form_command_and_choice_lists_offer_it(db, testprov):
     assert ("testprov", "testprov") in list(TrainingJobForm().fields["provider"].choices)
-    assert "{synth,openai,testprov}" in _submit_training_help()
+    assert "{synth,openai,trl,testprov}" in _submit_training_help()
     assert ("testprov", "Testprov") in TrainingJob._meta.get_field("provider").choices
     assert ("testprov", "Training: a throwaway test provider") in endpoint_kind_choices()
 
