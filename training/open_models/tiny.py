@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Qwen2-VL's special tokens, in its order: the processor and the serving engine's tool-call
 # parser look them up by text.
@@ -97,23 +98,10 @@ def _corpus() -> list[str]:
     return words * 40 + [json.dumps({"actions": list(ACTIONS)})] * 20
 
 
-def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed: int = 0) -> Path:
-    """Write a tiny Qwen2-VL (random weights, `seed`), its tokenizer and processor to
-    `directory` and return it. Needs the `.[train]` extra; downloads nothing."""
-    import torch  # noqa: PLC0415 (the train extra)
+def _tokenizer(size: TinySize) -> Any:
+    """A byte-level BPE trained on `_corpus`, with Qwen's special tokens and chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
-    from transformers import (  # noqa: PLC0415
-        PreTrainedTokenizerFast,
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
-
-    size = size or TinySize()
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -134,6 +122,26 @@ def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed:
         additional_special_tokens=list(SPECIAL_TOKENS[1:]),
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed: int = 0) -> Path:
+    """Write a tiny Qwen2-VL (random weights, `seed`), its tokenizer and processor to
+    `directory` and return it. Needs the `.[train]` extra; downloads nothing."""
+    import torch  # noqa: PLC0415 (the train extra)
+    from transformers import (  # noqa: PLC0415
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    size = size or TinySize()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _tokenizer(size)
     token = tokenizer.convert_tokens_to_ids
 
     image_processor = Qwen2VLImageProcessor(
