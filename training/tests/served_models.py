@@ -19,8 +19,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from django.test import override_settings
 
 from curation.models import Dataset, DatasetVersion
 from studio.models import Endpoint
@@ -192,3 +196,37 @@ def wait_gone(pids: set[int], timeout: float = 30) -> set[int]:
             return left
         time.sleep(0.2)
     return {pid for pid in pids if alive(pid)}
+
+
+@contextmanager
+def served_for_module(django_db_blocker, root: Path, chain: list[str]) -> Iterator[ServedJob]:
+    """A trl job answering `chain`, stored and served by `serve_model` (not yet waited
+    for); its rows, committed outside the tests' transactions, removed after."""
+    media = root / "media"
+    storage = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+    with (
+        django_db_blocker.unblock(),
+        override_settings(
+            STORAGES={"default": {**storage, "OPTIONS": {"location": str(media)}}},
+            STUDIO_MODEL_CACHE_DIR=root / "cache-here",
+        ),
+    ):
+        job = trl_job()
+        store_model(job, answering_tiny_vlm(root / "model", chain))
+        server = serve_job(job, media=media, cache=root / "cache-served")
+        try:
+            yield server
+        finally:
+            server.stop()
+            Endpoint.objects.filter(name=job.fine_tuned_model).delete()
+            version = job.dataset_version
+            job.delete()
+            version.delete()
+            version.dataset.delete()
+
+
+def ready(served: ServedJob, timeout: float = 240) -> ServedJob:
+    """The served job once `serve_model` said it serves."""
+    line = served.lines[0] if served.lines else served.wait_line(timeout=timeout)
+    assert line.startswith("Serving trl-job-"), served.lines
+    return served

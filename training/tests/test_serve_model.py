@@ -14,7 +14,6 @@ import json
 import re
 
 import pytest
-from django.test import override_settings
 
 from evaluation import services as evaluation_services
 from probes.models import ProbeQuestion
@@ -36,38 +35,15 @@ STEPS = 3
 
 @pytest.fixture(scope="module")
 def served(django_db_setup, django_db_blocker, tmp_path_factory):
+    chain = ["<tool_call>", MOVE_LEFT_CALL, "</tool_call>"]
     root = tmp_path_factory.mktemp("served")
-    media = root / "media"
-    storage = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
-    with (
-        django_db_blocker.unblock(),
-        override_settings(
-            STORAGES={"default": {**storage, "OPTIONS": {"location": str(media)}}},
-            STUDIO_MODEL_CACHE_DIR=root / "cache-here",
-        ),
-    ):
-        job = served_models.trl_job()
-        model_dir = served_models.answering_tiny_vlm(
-            root / "model", ["<tool_call>", MOVE_LEFT_CALL, "</tool_call>"]
-        )
-        served_models.store_model(job, model_dir)
-        server = served_models.serve_job(job, media=media, cache=root / "cache-served")
-        try:
-            yield server
-        finally:
-            server.stop()
-            Endpoint.objects.filter(name=job.fine_tuned_model).delete()
-            version = job.dataset_version
-            job.delete()
-            version.delete()
-            version.dataset.delete()
+    with served_models.served_for_module(django_db_blocker, root, chain) as server:
+        yield server
 
 
 @pytest.fixture
 def ready(served, db):
-    line = served.lines[0] if served.lines else served.wait_line(timeout=240)
-    assert line.startswith("Serving trl-job-"), served.lines
-    return served
+    return served_models.ready(served)
 
 
 def test_serve_model_names_the_endpoint_and_says_so_in_one_line(ready):
