@@ -175,6 +175,12 @@ STORAGES = {
     ),
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+# Trained open models and dataset exports fetched from storage for a training or serving
+# process (training.model_store): a local cache, least recently used removed beyond the bound.
+STUDIO_MODEL_CACHE_DIR = Path(
+    env.str("STUDIO_MODEL_CACHE_DIR", default=str(VAR_DIR / "model-cache"))
+)
+STUDIO_MODEL_CACHE_BYTES = env.int("STUDIO_MODEL_CACHE_BYTES", default=50 * 1024**3)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 
