@@ -32,8 +32,8 @@ from studio.jobs import ERROR_CAP, ClaimLost, JobKind
 from studio.tasks import jobs_requeue
 from studio.testing import JOB_ENDS, backdate, queue_purge, wait_for_row
 from training import services as training_services
-from training.jobs import CANCEL_TASK, SUBMISSION
-from training.models import TrainingJob
+from training.jobs import CANCEL_TASK, LOCAL_RUN, SUBMISSION
+from training.models import LocalRun, TrainingJob
 
 
 def _bulk_flag() -> TurnBulkFlag:
@@ -68,6 +68,7 @@ def test_every_app_registers_its_kinds_and_each_names_a_registered_task():
         "export": EXPORT,
         "import": IMPORT,
         "training_submission": SUBMISSION,
+        "training_local_run": LOCAL_RUN,
         "probe_chunk": PROBE_CHUNK,
     }
     for kind in kinds.values():
@@ -251,13 +252,17 @@ def test_the_one_beat_task_sends_again_each_kind_that_waits(settings):
         "export": version.id,
         "import": DatasetImport.objects.create(upload="imports/x.jsonl").id,
         "training_submission": _training_job(version).id,
+        # A trl job's run (its job submitted, so not waiting itself).
+        "training_local_run": LocalRun.objects.create(
+            job=_training_job(version, status="submitted")
+        ).id,
         "probe_chunk": _probe_chunk().id,
     }
     queue_purge()
     client = redis.Redis.from_url(REDIS_URL)
     try:
         assert jobs_requeue() == dict.fromkeys(waiting, 1)  # the task, in this process
-        raw = {queue: client.lrange(queue, 0, -1) for queue in ("celery", "studio-model")}
+        raw = {queue: client.lrange(queue, 0, -1) for queue in ("celery", "studio-model", "train")}
     finally:
         queue_purge()
     sent = {}
@@ -266,11 +271,11 @@ def test_the_one_beat_task_sends_again_each_kind_that_waits(settings):
             args = json.loads(base64.b64decode(message["body"]))[0]
             sent[message["headers"]["task"]] = (queue, args)
     kinds = {kind.name: kind for kind in jobs.job_kinds()}
-    # A probe question waits on a model: its chunk goes to the model queue; a scripted
-    # episode and the rest to the default one.
+    # A probe question waits on a model: its chunk goes to the model queue; a trl run to the
+    # train queue; a scripted episode and the rest to the default one.
+    queues = {"probe_chunk": "studio-model", "training_local_run": "train"}
     assert sent == {
-        kinds[name].task: ("studio-model" if name == "probe_chunk" else "celery", [pk])
-        for name, pk in waiting.items()
+        kinds[name].task: (queues.get(name, "celery"), [pk]) for name, pk in waiting.items()
     }
     for name, pk in waiting.items():
         row = kinds[name].model.objects.get(pk=pk)
