@@ -265,6 +265,9 @@ def run_training(spec: TrainSpec, sink: RunSink, *, resume_from: Path | None = N
         output_dir=str(spec.work_dir / "checkpoints"),
         has_validation=validation is not None,
     )
+    if validation is not None and arguments["eval_strategy"] == "no":
+        # The card must not name validation data nothing was measured on.
+        validation, validation_note = None, "none ([training.validation] does not ask for it)"
     # Pinned memory only helps a GPU; on a CPU worker it is a warning per run.
     arguments["dataloader_pin_memory"] = _has_cuda()
     callback = _sink_callback(sink)

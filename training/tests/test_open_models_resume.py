@@ -60,6 +60,9 @@ def test_a_run_resumed_from_step_five_logs_the_losses_of_the_uninterrupted_run(
     assert [step for step, _ in resumed.checkpoints] == [10]
     card = (second.model_dir / "README.md").read_text()
     assert "- Optimizer steps run: 10 (resumed from the checkpoint of step 5)\n" in card
+    # The export has a validation split, but this config does not evaluate.
+    assert "- Validation: none ([training.validation] does not ask for it)\n" in card
+    assert whole.validation_losses() == {} == resumed.validation_losses()
 
 
 def test_a_config_it_cannot_honour_is_refused_before_any_step(base_model, export, tmp_path):
@@ -83,3 +86,22 @@ def test_rows_with_images_need_the_image_modality(base_model, export, tmp_path):
     with pytest.raises(TrainingRefused) as caught:
         run_training(spec(base_model, export, tmp_path, config), RecordingSink())
     assert caught.value.lines == ['[job] modalities: the dataset\'s rows carry images; add "image"']
+
+
+def test_a_validation_version_named_by_the_job_is_measured_whole(base_model, export, tmp_path):
+    from dataclasses import replace
+
+    config = sections(max_steps=2, save_steps=2)
+    config["training.validation"] = {"eval_steps": 2}
+    other = tmp_path / "other-version"
+    shutil.copytree(export, other)
+    sink = RecordingSink()
+    run = replace(spec(base_model, export, tmp_path / "work", config), validation_dir=other)
+    result = run_training(run, sink)
+    assert sorted(sink.validation_losses()) == [2]
+    card = (result.model_dir / "README.md").read_text()
+    # Its train and validation splits, three rows each: all six are validation rows here.
+    assert (
+        "- Validation: every row of another dataset version's export (other-version), 6 rows\n"
+        in card
+    )
