@@ -132,6 +132,9 @@ def test_hostile_tools_and_directories_are_refused_with_one_line(processor, expo
     huge = train.map(lambda row: {"tools": json.dumps([{}] * 100)}, keep_in_memory=True)
     with pytest.raises(RowsError, match=r"^train row 0: tools is not a list of at most 64 tools$"):
         rendered(huge, processor, tmp_path)
+    unpaired = train.map(lambda row: {"images": row["images"][:-1]}, keep_in_memory=True)
+    with pytest.raises(RowsError, match=r"^train row 0: 1 image placeholders for 0 images$"):
+        rendered(unpaired, processor, tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(RowsError, match=r"^empty: not an export_hf directory"):
         load_splits(tmp_path / "empty", cache_dir=tmp_path / "cache")
