@@ -12,7 +12,9 @@ with the processor's chat template but passes it no `tools`:
   `<tool_call>{"name": ..., "arguments": ...}</tool_call>` that `export_hf
   --tool-calls-as-text` writes (the same function writes both).
 
-Only `images`, `prompt` and `completion` reach the trainer. Imports `datasets` lazily.
+Each row's image placeholders must match its images (TRL pairs them by position), checked
+without decoding an image. Only `images`, `prompt` and `completion` reach the trainer.
+Imports `datasets` lazily.
 """
 
 from __future__ import annotations
@@ -150,13 +152,26 @@ class _RowRenderer:
         self.processor, self.split = processor, split
         self.blocks: dict[str, str] = {}
 
-    def __call__(self, prompt: list, completion: list, tools: Any, index: int) -> dict[str, Any]:
+    def __call__(
+        self, images: list, prompt: list, completion: list, tools: Any, index: int
+    ) -> dict[str, Any]:
         where = f"{self.split} row {index}"
         key = tools if isinstance(tools, str) else json.dumps(tools)
         if key not in self.blocks:
             self.blocks[key] = tools_block(self.processor, _tools_of(tools, where))
         if not completion:
             raise RowsError(f"{where}: the completion is empty")
+        placeholders = sum(
+            1
+            for m in [*(prompt or []), *completion]
+            for p in _parts(m.get("content"))
+            if p["type"] == "image"
+        )
+        # TRL pairs placeholders with images by position: a mismatch trains on the wrong frame.
+        if placeholders != len(images or []):
+            raise RowsError(
+                f"{where}: {placeholders} image placeholders for {len(images or [])} images"
+            )
         return {
             "prompt": prompt_with_tools(list(prompt or []), self.blocks[key]),
             "completion": [message_with_text_calls(m) for m in completion],
@@ -166,14 +181,18 @@ class _RowRenderer:
 def training_rows(dataset: Any, processor: Any, *, split: str, cache_file: Path) -> Any:
     """`dataset` (one split of the export) as `images`, `prompt`, `completion` rows with the
     tool block in the system turn and tool calls as text. Images pass through untouched."""
+    from datasets import Image, List  # the train extra
+
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    rendered = dataset.map(
+    # Counted, not decoded: the images stay the export's PNG bytes until the collator.
+    undecoded = dataset.cast_column("images", List(Image(decode=False)))
+    rendered = undecoded.map(
         _RowRenderer(processor, split),
-        input_columns=["prompt", "completion", "tools"],
+        input_columns=["images", "prompt", "completion", "tools"],
         with_indices=True,
         cache_file_name=str(cache_file),
         load_from_cache_file=False,
         desc=None,
     )
     extra = [c for c in rendered.column_names if c not in ("images", "prompt", "completion")]
-    return rendered.remove_columns(extra)
+    return rendered.remove_columns(extra).cast_column("images", List(Image()))

@@ -17,7 +17,11 @@ are imported inside the functions (the `.[train]` extra).
   merged into full weights there, which any engine serves without PEFT or the base model's
   files, and its adapter alone in `model/adapter/`; a QLoRA run saves only the adapter (its
   base is 4-bit: merging into it would lose precision). With `save_best_model_at_end`, the
-  saved model is the best checkpoint's, as the Trainer loads it back at the end.
+  saved model is the best checkpoint's, and the card says so.
+- A full checkpoint's weights are read back with `from_pretrained`, on resuming and for the
+  best model: checkpoints are saved in the checkpoint's original key layout, which the
+  Trainer's own reload (a plain `load_state_dict`, not strict) misses for Qwen2-VL, going on
+  silently from the weights it already had. Its warning of missing keys is harmless here.
 """
 
 from __future__ import annotations
@@ -187,11 +191,22 @@ def _image_count(dataset: Any) -> int:
     return int(pc.sum(lengths).as_py() or 0)
 
 
+def _has_cuda() -> bool:
+    import torch  # the train extra
+
+    return torch.cuda.is_available()
+
+
 def _is_local(base_model: str) -> bool:
     return Path(base_model).is_dir()
 
 
-def _model(spec: TrainSpec, kind: str) -> Any:
+def _full_weights(directory: Path | None) -> bool:
+    """Whether a checkpoint holds the whole model (a LoRA checkpoint holds its adapter)."""
+    return directory is not None and (Path(directory) / "config.json").is_file()
+
+
+def _model(spec: TrainSpec, kind: str, *, resume_from: Path | None = None) -> Any:
     import torch  # the train extra
     from transformers import AutoModelForImageTextToText
 
@@ -208,7 +223,13 @@ def _model(spec: TrainSpec, kind: str) -> Any:
             bnb_4bit_compute_dtype=torch.bfloat16,
             bnb_4bit_use_double_quant=True,
         )
-    return AutoModelForImageTextToText.from_pretrained(spec.base_model, **kwargs)
+    source = spec.base_model
+    if kind == "fft" and _full_weights(resume_from):
+        # The checkpoint's weights are in the checkpoint's own layout: from_pretrained reads
+        # it; the Trainer's own reload (a plain load_state_dict) misses Qwen2-VL's renamed
+        # keys and would silently go on from the base weights.
+        source, kwargs["local_files_only"] = str(resume_from), True
+    return AutoModelForImageTextToText.from_pretrained(source, **kwargs)
 
 
 def _peft_config(sections: dict[str, dict]) -> Any:
@@ -244,9 +265,14 @@ def run_training(spec: TrainSpec, sink: RunSink, *, resume_from: Path | None = N
         output_dir=str(spec.work_dir / "checkpoints"),
         has_validation=validation is not None,
     )
+    if validation is not None and arguments["eval_strategy"] == "no":
+        # The card must not name validation data nothing was measured on.
+        validation, validation_note = None, "none ([training.validation] does not ask for it)"
+    # Pinned memory only helps a GPU; on a CPU worker it is a warning per run.
+    arguments["dataloader_pin_memory"] = _has_cuda()
     callback = _sink_callback(sink)
     trainer = SFTTrainer(
-        model=_model(spec, kind),
+        model=_model(spec, kind, resume_from=resume_from),
         args=SFTConfig(**arguments),
         train_dataset=train,
         eval_dataset=validation,
@@ -259,6 +285,12 @@ def run_training(spec: TrainSpec, sink: RunSink, *, resume_from: Path | None = N
     if callback.canceled:
         sink.event("canceled", f"canceled after step {steps}")
         return TrainResult("canceled", None, steps, callback.train_loss)
+    best = trainer.state.best_model_checkpoint if arguments.get("load_best_model_at_end") else None
+    notes = []
+    if best:
+        notes.append(
+            f"The saved weights are the best checkpoint's ({Path(best).name}) by validation loss"
+        )
     facts = CardFacts(
         base_model=spec.base_model,
         dataset_label=spec.dataset_label,
@@ -276,17 +308,27 @@ def run_training(spec: TrainSpec, sink: RunSink, *, resume_from: Path | None = N
         arguments={k: v for k, v in arguments.items() if k != "output_dir"},
         resumed_from_step=callback.start_step if resume_from else None,
         merged=kind == "lora",
+        notes=notes,
     )
-    model_dir = _save(trainer, processor, spec.work_dir / "model", facts)
+    model_dir = _save(trainer, processor, spec.work_dir / "model", facts, best=best)
     sink.event("finished", f"trained {steps} steps; model saved", data={"steps": steps})
     return TrainResult("succeeded", model_dir, steps, callback.train_loss)
 
 
-def _save(trainer: Any, processor: Any, model_dir: Path, facts: CardFacts) -> Path:
+def _save(
+    trainer: Any, processor: Any, model_dir: Path, facts: CardFacts, *, best: str | None
+) -> Path:
     if model_dir.exists():
         shutil.rmtree(model_dir)
     model_dir.mkdir(parents=True)
-    if facts.train_kind == "lora":
+    if facts.train_kind == "fft" and _full_weights(best):
+        # As on resuming: the Trainer's reload of the best checkpoint misses renamed keys.
+        from transformers import AutoModelForImageTextToText  # the train extra
+
+        AutoModelForImageTextToText.from_pretrained(best, local_files_only=True).save_pretrained(
+            str(model_dir)
+        )
+    elif facts.train_kind == "lora":
         trainer.model.save_pretrained(str(model_dir / "adapter"))
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(str(model_dir))
