@@ -148,3 +148,13 @@ def test_bad_input_is_one_error_line_and_exit_2(db, case, message):
     ), outcome.stderr
     assert not Endpoint.objects.filter(name=f"trl-job-{job_id}").exists()
     assert outcome.stdout == ""
+
+
+def test_a_succeeded_trl_jobs_page_says_how_to_serve_it(client, submitter):
+    job = served_models.trl_job()
+    client.force_login(submitter)
+    page = client.get(f"/training/{job.id}/").content.decode()
+    assert 'id="serve-it"' in page
+    assert f'<code id="serve-command">python manage.py serve_model {job.id} ' in page
+    running = served_models.trl_job(status="running")
+    assert 'id="serve-it"' not in client.get(f"/training/{running.id}/").content.decode()
