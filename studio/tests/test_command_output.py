@@ -197,6 +197,12 @@ def _training_status(world: World) -> list[Output]:
     return [_run("training_status", world.training_job().id)]
 
 
+def _serve_model(world: World) -> list[Output]:
+    job = world.training_job()
+    TrainingJob.objects.filter(id=job.id).update(provider="trl", status="succeeded")
+    return [_run("serve_model", job.id, "--endpoint", HOSTILE)]
+
+
 def _probe_set(world: World) -> list[Output]:
     batch = world.scripted_batch()
     return [_run("probe_set", "--batch", batch.id, "--kinds", HOSTILE)]
@@ -234,6 +240,7 @@ CASES: dict[str, Callable[[World], list[Output]]] = {
     "probe_run": _probe_run,
     "probe_set": _probe_set,
     "rollout": _rollout,
+    "serve_model": _serve_model,
     "submit_training": _submit_training,
     "training_status": _training_status,
 }

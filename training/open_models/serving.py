@@ -29,6 +29,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+
 from studio.endpoints import endpoint_described, endpoint_save
 from studio.models import Endpoint
 from training import model_store
@@ -234,7 +237,19 @@ def base_url_of(host: str, port: int) -> str:
 
 
 def endpoint_name_for(job: TrainingJob, requested: str) -> str:
-    return requested or f"trl-job-{job.id}"
+    """The endpoint's name, checked before anything starts: a slug, and not the name of an
+    endpoint of another kind (a training provider's, which this must not overwrite)."""
+    name = requested or f"trl-job-{job.id}"
+    try:
+        validate_slug(name)
+    except ValidationError as exc:
+        raise ServingError(f"endpoint: {name!r} is not a name (letters, digits, - and _)") from exc
+    if len(name) > Endpoint._meta.get_field("name").max_length:
+        raise ServingError(f"endpoint: {name!r} is longer than an endpoint's name may be")
+    other = Endpoint.objects.filter(name=name).exclude(kind=Endpoint.Kind.CHAT).first()
+    if other is not None:
+        raise ServingError(f"endpoint: {name!r} is already a {other.kind} endpoint")
+    return name
 
 
 def served_endpoint_save(*, name: str, base_url: str, model: str) -> Endpoint:
@@ -260,6 +275,7 @@ def job_served(
     """The job's model served and named as an endpoint while the block runs; the engine
     stopped (its whole session) however the block ends."""
     job = served_job(job_id)
+    endpoint_name = endpoint_name_for(job, options.endpoint)
     engine = engine_choose(options.engine, options.device)
     model_dir = model_store.model_fetch(job.id)
     name = job.fine_tuned_model
@@ -271,9 +287,7 @@ def job_served(
         try:
             base_url = base_url_of(options.host, options.port)
             engine_wait_ready(process, base_url, name, log, READY_SECONDS)
-            endpoint = served_endpoint_save(
-                name=endpoint_name_for(job, options.endpoint), base_url=base_url, model=name
-            )
+            endpoint = served_endpoint_save(name=endpoint_name, base_url=base_url, model=name)
             say(f"Serving {name} with {engine}: endpoint {endpoint_described(endpoint)}")
             yield Served(endpoint, process, log)
         finally:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.test import override_settings
 
 from curation.models import Dataset, DatasetVersion
@@ -207,7 +208,10 @@ def served_for_module(django_db_blocker, root: Path, chain: list[str]) -> Iterat
     with (
         django_db_blocker.unblock(),
         override_settings(
-            STORAGES={"default": {**storage, "OPTIONS": {"location": str(media)}}},
+            STORAGES={
+                **settings.STORAGES,
+                "default": {**storage, "OPTIONS": {"location": str(media)}},
+            },
             STUDIO_MODEL_CACHE_DIR=root / "cache-here",
         ),
     ):

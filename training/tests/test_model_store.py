@@ -179,3 +179,33 @@ def test_dataset_whose_bytes_do_not_match_its_sha256_is_refused():
     version.hf_sha256 = "f" * 64
     with pytest.raises(ModelStoreError, match="does not match its sha256"):
         model_store.dataset_fetch(version)
+
+
+def test_dataset_zip_links_and_oversized_contents_are_refused(settings):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        link = zipfile.ZipInfo("d/passwd")
+        link.external_attr = (0o120777) << 16  # a symbolic link, to /etc/passwd
+        archive.writestr(link, "/etc/passwd")
+    replace_stored("exports/link.hf.zip", buffer.getvalue())
+    version = SimpleNamespace(
+        pk=98,
+        hf_file=SimpleNamespace(name="exports/link.hf.zip"),
+        hf_sha256=hashlib.sha256(buffer.getvalue()).hexdigest(),
+        hf_bytes=len(buffer.getvalue()),
+    )
+    with pytest.raises(ModelStoreError, match="a link"):
+        model_store.dataset_fetch(version)
+    # Compressed small, unpacked over the cache's bound: refused before it is written.
+    settings.STUDIO_MODEL_CACHE_BYTES = 100_000
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("d/zeros.bin", b"\0" * 1_000_000)
+    assert len(buffer.getvalue()) < 100_000
+    replace_stored("exports/bomb.hf.zip", buffer.getvalue())
+    version.hf_file.name = "exports/bomb.hf.zip"
+    version.hf_sha256 = hashlib.sha256(buffer.getvalue()).hexdigest()
+    version.hf_bytes = len(buffer.getvalue())
+    with pytest.raises(ModelStoreError, match="1000000 bytes unpacked"):
+        model_store.dataset_fetch(version)
+    assert not list(model_store.cache_dir().rglob("zeros.bin"))

@@ -131,6 +131,8 @@ def test_sigterm_stops_the_engine_and_every_process_it_started(ready):
         ("running", "job: training job {id} has no trained model yet (running)"),
         ("unstored", "job {id} has no stored model (no manifest.json)"),
         ("vllm", "engine: vLLM is not installed here (pip install vllm)"),
+        ("name", "endpoint: 'not a slug!' is not a name (letters, digits, - and _)"),
+        ("taken", "endpoint: 'trainer' is already a synth endpoint"),
     ],
 )
 def test_bad_input_is_one_error_line_and_exit_2(db, case, message):
@@ -138,7 +140,12 @@ def test_bad_input_is_one_error_line_and_exit_2(db, case, message):
     if case == "synth":
         TrainingJob.objects.filter(id=job.id).update(provider="synth")
     job_id = job.id + 1000 if case == "missing" else job.id
-    args = ["--engine", "vllm"] if case == "vllm" else []
+    args = {
+        "vllm": ["--engine", "vllm"],
+        "name": ["--endpoint", "not a slug!"],
+        "taken": ["--endpoint", "trainer"],
+    }.get(case, [])
+    Endpoint.objects.create(name="trainer", kind="synth", base_url="http://127.0.0.1:9/api")
     outcome = run_command("serve_model", str(job_id), "--port", "9", *args)
     assert outcome.code == 2, (outcome.stdout, outcome.stderr)
     assert re.fullmatch(
@@ -147,4 +154,15 @@ def test_bad_input_is_one_error_line_and_exit_2(db, case, message):
         re.DOTALL,
     ), outcome.stderr
     assert not Endpoint.objects.filter(name=f"trl-job-{job_id}").exists()
+    assert Endpoint.objects.get(name="trainer").kind == "synth"
     assert outcome.stdout == ""
+
+
+def test_a_succeeded_trl_jobs_page_says_how_to_serve_it(client, submitter):
+    job = served_models.trl_job()
+    client.force_login(submitter)
+    page = client.get(f"/training/{job.id}/").content.decode()
+    assert 'id="serve-it"' in page
+    assert f'<code id="serve-command">python manage.py serve_model {job.id} ' in page
+    running = served_models.trl_job(status="running")
+    assert 'id="serve-it"' not in client.get(f"/training/{running.id}/").content.decode()
