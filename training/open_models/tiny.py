@@ -42,7 +42,7 @@ CHAT_TEMPLATE = (
     "{% if tools %}{% set ns.system = ns.system + '\n\n# Tools\n\n<tools>' %}"
     "{% for tool in tools %}{% set ns.system = ns.system + '\n' + (tool | tojson) %}{% endfor %}"
     "{% set ns.system = ns.system + '\n</tools>\n\nCall a tool as <tool_call>"
-    "{\"name\": <name>, \"arguments\": <arguments>}</tool_call>' %}{% endif %}"
+    '{"name": <name>, "arguments": <arguments>}</tool_call>\' %}{% endif %}'
     "{% if ns.system %}<|im_start|>system\n{{ ns.system }}<|im_end|>\n{% endif %}"
     "{% for message in messages %}{% if message['role'] != 'system' %}"
     "<|im_start|>{{ message['role'] }}\n"
@@ -54,7 +54,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% endif %}"
     "{% if message['tool_calls'] %}{% for call in message['tool_calls'] %}"
     "{% set function = call['function'] if call['function'] is defined else call %}"
-    "<tool_call>{\"name\": \"{{ function['name'] }}\", \"arguments\": "
+    '<tool_call>{"name": "{{ function[\'name\'] }}", "arguments": '
     "{{ function['arguments'] if function['arguments'] is string "
     "else (function['arguments'] | tojson) }}}</tool_call>"
     "{% endfor %}{% endif %}"
@@ -82,7 +82,7 @@ class TinySize:
 def _corpus() -> list[str]:
     """Lines the tokenizer learns from: the words the studio's prompts, tools and answers
     use, so they become few tokens each."""
-    from rollouts.game.crafter_env import ACTIONS  # noqa: PLC0415
+    from rollouts.game.crafter_env import ACTIONS
 
     words = [
         "You are playing Crafter. Look at the frame and choose actions.",
@@ -100,8 +100,8 @@ def _corpus() -> list[str]:
 
 def _tokenizer(size: TinySize) -> Any:
     """A byte-level BPE trained on `_corpus`, with Qwen's special tokens and chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -128,8 +128,8 @@ def _tokenizer(size: TinySize) -> Any:
 def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed: int = 0) -> Path:
     """Write a tiny Qwen2-VL (random weights, `seed`), its tokenizer and processor to
     `directory` and return it. Needs the `.[train]` extra; downloads nothing."""
-    import torch  # noqa: PLC0415 (the train extra)
-    from transformers import (  # noqa: PLC0415
+    import torch
+    from transformers import (
         Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
         Qwen2VLImageProcessor,
