@@ -95,10 +95,10 @@ class Workers:
 
 @pytest.fixture
 def workers(
-    s3_bucket,
+    s3_bucket,  # noqa: F811 (a fixture, imported above by name)
     chat_endpoint,
-    synth_server,
-    cache_of_its_own,  # noqa: F811 (fixtures, by name)
+    synth_server,  # noqa: F811
+    cache_of_its_own,
 ) -> Iterator[Workers]:
     queue_purge()
     extra = {
@@ -150,12 +150,12 @@ def _png(color: tuple[int, int, int]) -> bytes:
 
 def test_a_web_and_two_workers_share_one_bucket_and_nothing_else(
     workers,
-    s3_bucket,
+    s3_bucket,  # noqa: F811 (a fixture, imported above by name)
     chat_server,
     chat_endpoint,
-    synth_server,
+    synth_server,  # noqa: F811
     editor,
-    client,  # noqa: F811
+    client,
 ):
     bucket = s3_bucket
     chat_server.default = replies.tool_call("move_right", "do")
