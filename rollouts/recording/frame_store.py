@@ -138,13 +138,26 @@ class FrameStore:
         os.replace(tmp, path)
 
     def read(self, name: str) -> bytes:
-        if self._root is not None:
-            # A plain path string: an export reads a frame per row, and Path cost more than
-            # the read itself.
-            with open(self._root_prefix + name, "rb", buffering=0) as fh:
-                return fh.readall()
-        with self.storage.open(name, "rb") as fh:
-            return fh.read()
+        """The frame's bytes; FrameMissing when storage has no such file."""
+        try:
+            if self._root is not None:
+                # A plain path string: an export reads a frame per row, and Path cost more
+                # than the read itself.
+                with open(self._root_prefix + name, "rb", buffering=0) as fh:
+                    return fh.readall()
+            with self.storage.open(name, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError as exc:
+            raise FrameMissing(name) from exc
+
+
+class FrameMissing(FileNotFoundError):
+    """A frame's row names a file that storage (a folder or a bucket) does not hold: said
+    with the frame's storage name, never a host's path or the storage client's words."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"frame file missing from storage: {name}")
 
 
 _writer_lock = threading.Lock()
