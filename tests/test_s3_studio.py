@@ -24,6 +24,7 @@ from PIL import Image
 from conftest import CHAT_KEY_VARIABLE
 from curation import services as dataset_services
 from curation.export_options import ExportOptions
+from curation.jobs import EXPORT
 from curation.models import DatasetImport, DatasetVersion
 from curation.services_import import dataset_import_create
 from probes import runs as probe_runs
@@ -39,7 +40,10 @@ from studio.testing import (
     JOB_ENDS,
     WORKER_ARGS,
     Child,
+    backdate,
+    celery_worker_running,
     queue_purge,
+    run_command,
     start_python,
     subprocess_env,
     wait_for_row,
@@ -285,3 +289,131 @@ def test_a_web_and_two_workers_share_one_bucket_and_nothing_else(
     workers.stop()
     for root in [*workers.roots, Path(str(s3_bucket.scratch / "media-web"))]:
         assert _files_under(root) == [], root
+
+
+def _scripted_batch(*, seeds: tuple[int, ...], steps: int) -> RolloutBatch:
+    """Played here, in the web process: its frames go to the bucket from here."""
+    batch = recording.batch_run_inline(
+        settings=RolloutSettings(policy="scripted", seeds=seeds, steps=steps, name="scripted")
+    )
+    assert batch.episodes_finished == len(seeds), batch.error
+    return batch
+
+
+def _parquet_images(folder: Path) -> list[bytes]:
+    """Every image's bytes in a Hugging Face dataset's parquet files, read with pyarrow."""
+    import pyarrow.parquet as pq
+
+    found: list[bytes] = []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("bytes"), bytes):
+                found.append(value["bytes"])
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for path in sorted(folder.rglob("*.parquet")):
+        walk(pq.read_table(path).to_pylist())
+    return found
+
+
+def test_an_export_killed_mid_way_resumes_byte_identical_from_the_bucket(
+    s3_bucket,  # noqa: F811
+    editor,
+    settings,
+    cache_of_its_own,
+):
+    bucket = s3_bucket
+    batch = _scripted_batch(seeds=(1, 2), steps=100)
+    recorded = set(Frame.objects.filter(episode__batch=batch).values_list("sha256", flat=True))
+    workers = Workers(bucket, {"STUDIO_CACHE_PREFIX": cache_of_its_own})
+    dataset = dataset_services.dataset_create(
+        name="resumed",
+        filters=TurnSelection(batches=(batch.id,)),
+        options=ExportOptions(val_fraction=0.0, history_frames=2),
+        created_by=editor,
+    )
+    queue_purge()
+    try:
+        # A whole export (here, reading only the bucket): what the resumed one must equal.
+        whole = dataset_services.dataset_version_create(
+            dataset=dataset, created_by=editor, enqueue=False
+        )
+        assert dataset_services.dataset_version_export(version_id=whole.id) == "done"
+        whole.refresh_from_db()
+
+        # The next one's worker, a process of its own, is killed while it exports.
+        worker = workers.start_one(workers.roots[0], "s3-killed")
+        version = dataset_services.dataset_version_create(dataset=dataset, created_by=editor)
+        wait_for_row(version, statuses=("running", *JOB_ENDS), timeout=60, every=0.01)
+        worker.kill_all()
+        version.refresh_from_db()
+        assert version.status == "running"  # killed mid-way, not after
+        killed_at = set(bucket.keys("exports/"))
+
+        # Its claim goes stale; the requeue hands it to another worker (threads of this
+        # process, whose media folder is empty too).
+        backdate(version, field="heartbeat_at", seconds=settings.STUDIO_EXPORT_STALE_SECONDS + 1)
+        with celery_worker_running():
+            assert EXPORT.requeue() == [version.id]
+            wait_for_row(version, statuses=JOB_ENDS, timeout=120)
+    finally:
+        queue_purge()
+    assert version.status == DatasetVersion.Status.DONE, version.error
+    resumed = bucket.read(version.file.name)
+    assert resumed == bucket.read(whole.file.name)
+    assert _sha(resumed) == version.sha256 == whole.sha256
+    assert {_sha(base64.b64decode(m)) for m in DATA_PNG.findall(resumed.decode())} <= recorded
+    # Nothing but the two versions' files: no partial file or second archive left behind.
+    base = f"exports/dataset-{dataset.id}"
+    assert bucket.keys("exports/") == sorted(
+        f"{base}/v{n}{suffix}" for n in (1, 2) for suffix in (".hf.zip", ".jsonl")
+    ), killed_at
+
+    # `export_hf`, its media folder empty: the images in its parquet files are the bucket's
+    # frames.
+    output = bucket.scratch / "hf-out"
+    done = run_command("export_hf", "--output", str(output), "--batch", str(batch.id))
+    assert done.code == 0, done.stderr
+    images = _parquet_images(output)
+    shown = Turn.objects.filter(episode__batch=batch).values_list("frame__sha256", flat=True)
+    assert len(images) >= len(shown)
+    assert {_sha(image) for image in images} == set(shown)
+
+
+def test_a_frame_missing_from_the_bucket_is_one_clear_error(
+    s3_bucket,  # noqa: F811
+    editor,
+    client,
+):
+    bucket = s3_bucket
+    batch = _scripted_batch(seeds=(5,), steps=6)
+    turn = Turn.objects.filter(episode__batch=batch).select_related("frame").order_by("index")[3]
+    key = f"frames/{turn.frame.sha256[:2]}/{turn.frame.sha256[2:4]}/{turn.frame.sha256}.png"
+    bucket.delete(key)
+    client.force_login(editor)
+
+    missing = client.get(f"/frames/{turn.frame.sha256}.png")
+    assert missing.status_code == 404
+    assert client.get(f"/episodes/{turn.episode_id}/").status_code == 200
+
+    dataset = dataset_services.dataset_create(
+        name="gap",
+        filters=TurnSelection(batches=(batch.id,)),
+        options=ExportOptions(val_fraction=0.0),
+        created_by=editor,
+    )
+    version = dataset_services.dataset_version_create(
+        dataset=dataset, created_by=editor, enqueue=False
+    )
+    assert dataset_services.dataset_version_export(version_id=version.id) == "failed"
+    version.refresh_from_db()
+    assert version.error == (
+        f"frame file missing from storage: {key}; restore it, or leave its episode out of the"
+        " dataset"
+    )
+    assert not bucket.keys("exports/")
