@@ -57,8 +57,9 @@ class FrameStore:
             self._root = None
         self._root_prefix = os.path.join(self._root, "") if self._root is not None else ""
         self._bucket = _BucketObjects.of(self.storage) if self._root is None else None
-        # Only local files: a remote storage's client may not be shared across threads.
-        self._write_ahead = write_ahead and self._root is not None
+        # Local files, or a bucket through a client of each thread's own: another remote
+        # storage's client may not be shared across threads.
+        self._write_ahead = write_ahead and (self._root is not None or self._bucket is not None)
 
     def put(self, png: bytes) -> tuple[str, str]:
         """Store `png` if new; return (sha256, storage name)."""
