@@ -137,6 +137,7 @@ def storages_for(bucket: Bucket, base: dict) -> dict:
                 "file_overwrite": True,
                 "default_acl": None,
                 "querystring_auth": True,
+                "max_memory_size": 10 * 1024 * 1024,
             },
         },
     }
