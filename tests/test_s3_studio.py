@@ -284,6 +284,14 @@ def test_a_web_and_two_workers_share_one_bucket_and_nothing_else(
         for m in DATA_PNG.findall(json.dumps(request.body))
     }
     assert probe_images and probe_images <= recorded
+    # Exported as question-answer rows, its images read from the bucket.
+    probe_rows = s3_bucket.scratch / "probe-rows.jsonl"
+    exported = run_command(
+        "export_jsonl", "--probe-set", str(probe_set.id), "--output", str(probe_rows)
+    )
+    assert exported.code == 0, exported.stderr
+    probe_exported = [base64.b64decode(m) for m in DATA_PNG.findall(probe_rows.read_text())]
+    assert probe_exported and {_sha(image) for image in probe_exported} <= recorded
 
     # Nothing went through a media folder: each process's stayed empty.
     workers.stop()
