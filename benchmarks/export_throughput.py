@@ -23,6 +23,10 @@ Figures:
   (target >= 0.5). Best of 3, export and raw loop interleaved.
 * peak RSS (VmHWM on Linux, else ru_maxrss) of a fresh process exporting ROWS and 4 x ROWS
   rows (target: less than 10% growth), each export in its own subprocess.
+* `bucket`: BUCKET_ROWS baseline turns exported from local disk and from an S3 bucket (moto's
+  S3 server on loopback, started here; `--no-bucket` leaves it out): rows/s of each, best of
+  REPEATS, the bucket's both through the studio's frame reads (one GET a frame) and through
+  Django's storage API (what they were before), with moto's own latency for one GET.
 * `--large-rows N`: one more baseline batch of N turns (each its own PNG; seeded once and
   kept, ~1 KB of PNG a turn), exported once in a fresh process: rows/s and peak RSS at N
   rows next to the same export of ROWS rows in the same run.
@@ -47,6 +51,7 @@ TURNS_PER_EPISODE = 250
 SAMPLE_FRAMES = 32
 HISTORY_FRAMES = 2
 REPEATS = 3
+BUCKET_ROWS = 2_000
 
 
 def _bench_env() -> dict[str, str]:
@@ -90,7 +95,12 @@ def _seed(rows: int, large_rows: int = 0) -> dict[str, int]:
 
     from rollouts.models import RolloutBatch, Turn
 
-    wanted = {"bench-baseline": rows, "bench-recorded": rows, "bench-more": 3 * rows}
+    wanted = {
+        "bench-baseline": rows,
+        "bench-recorded": rows,
+        "bench-more": 3 * rows,
+        "bench-bucket": min(rows, BUCKET_ROWS),
+    }
     if large_rows:
         wanted[f"bench-large-{large_rows}"] = large_rows
     existing = {b.name: b for b in RolloutBatch.objects.filter(name__in=wanted)}
@@ -228,14 +238,85 @@ def _seed_batch(*, name: str, turns: int, recorded: bool, samples, serial) -> in
     return batch.id
 
 
-def _export(batch_ids: tuple[int, ...], output: Path):
+def _export(batch_ids: tuple[int, ...], output: Path, store=None):
     from curation.export_options import ExportOptions
     from curation.exporting import export_files
     from rollouts.review.turn_selection import TurnSelection
 
     return export_files(
-        filters=TurnSelection(batches=batch_ids), options=ExportOptions(), output=output
+        filters=TurnSelection(batches=batch_ids),
+        options=ExportOptions(),
+        output=output,
+        store=store,
     )
+
+
+def _best_rate(batch_id: int, store_made) -> tuple[float, str]:
+    """Best rows/s of REPEATS exports after a warm one, and the file's sha256."""
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.jsonl"
+        result = _export((batch_id,), out, store_made())
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            result = _export((batch_id,), out, store_made())
+            best = min(best, time.perf_counter() - start)
+    return result.train.rows / best, result.train.sha256
+
+
+def _bucket_throughput(batch_id: int) -> dict:
+    """The same batch exported from local disk, then from a bucket holding its frames."""
+    import concurrent.futures
+
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    from rollouts.models import Frame
+    from rollouts.recording.frame_store import FrameStore
+    from tests.s3_server import CREDENTIALS, Bucket, S3Server, storages_for
+
+    local_rate, local_sha = _best_rate(batch_id, FrameStore)
+    server = S3Server().start()
+    try:
+        bucket = Bucket(server=server, name="bench-export", scratch=Path(tempfile.gettempdir()))
+        client = server.client()
+        client.create_bucket(Bucket=bucket.name)
+        local = FrameStore()
+        names = list(
+            Frame.objects.filter(episode__batch_id=batch_id).values_list("image", flat=True)
+        )
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda n: client.put_object(Bucket=bucket.name, Key=n, Body=local.read(n)),
+                    names,
+                )
+            )
+        start = time.perf_counter()
+        for name in names[:200]:
+            client.get_object(Bucket=bucket.name, Key=name)["Body"].read()
+        get_ms = (time.perf_counter() - start) / min(200, len(names)) * 1000
+        os.environ.update(CREDENTIALS)
+        with override_settings(STORAGES=storages_for(bucket, settings.STORAGES)):
+            rate, sha = _best_rate(batch_id, FrameStore)
+
+            def through_storage_api() -> FrameStore:
+                store = FrameStore()
+                store._bucket = None  # Django's storage.open for each frame
+                return store
+
+            api_rate, api_sha = _best_rate(batch_id, through_storage_api)
+    finally:
+        server.stop()
+    assert sha == api_sha == local_sha, "the bucket's export differs from the local one"
+    return {
+        "rows": len(names),
+        "local_disk_rows_per_s": round(local_rate, 1),
+        "bucket_rows_per_s": round(rate, 1),
+        "bucket_through_storage_api_rows_per_s": round(api_rate, 1),
+        "moto_get_ms": round(get_ms, 2),
+        "same_bytes": True,
+    }
 
 
 def child(batch_ids: tuple[int, ...]) -> None:
@@ -298,7 +379,7 @@ def _throughput(batch_id: int) -> dict:
     }
 
 
-def main(rows: int, large_rows: int = 0) -> None:
+def main(rows: int, large_rows: int = 0, bucket: bool = True) -> None:
     env = _bench_env()
     _create_database(env.pop("ADMIN_URL"))
     os.environ.update(env)
@@ -313,6 +394,7 @@ def main(rows: int, large_rows: int = 0) -> None:
     recorded = _throughput(ids["bench-recorded"])
     small = _child_run(env, (ids["bench-baseline"],))
     large = _child_run(env, (ids["bench-baseline"], ids["bench-more"]))
+    from_bucket = {"bucket": _bucket_throughput(ids["bench-bucket"])} if bucket else {}
     at_scale = {}
     if large_rows:
         # The same export in a fresh process, of ROWS rows then of N (page cache warmed by
@@ -353,6 +435,7 @@ def main(rows: int, large_rows: int = 0) -> None:
                 "rss_growth": round(large["maxrss_kb"] / small["maxrss_kb"] - 1, 4),
                 "rss_growth_target": 0.10,
                 "note": "shared 2-core machine: compare ratios, not rates",
+                **from_bucket,
                 **at_scale,
             }
         )
@@ -366,8 +449,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--large-rows", type=int, default=0, help="also export a batch of this many turns"
     )
+    parser.add_argument(
+        "--no-bucket", action="store_true", help="leave out the export from an S3 bucket"
+    )
     args = parser.parse_args()
     if args.child:
         child(tuple(args.child))
     else:
-        main(args.rows, args.large_rows)
+        main(args.rows, args.large_rows, bucket=not args.no_bucket)

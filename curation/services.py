@@ -32,6 +32,7 @@ from curation.models import Dataset, DatasetVersion
 from curation.preferences import export_preference_files
 from curation.row_formats import row_format
 from rollouts.models import REVIEW_PERMISSION, RolloutBatch
+from rollouts.recording.frame_store import FrameMissing
 from rollouts.review.services import TurnCollection, turn_collection_register
 from rollouts.review.turn_selection import (
     INCLUDE_TURNS_MAX,
@@ -301,6 +302,9 @@ def _version_export_claimed(version: DatasetVersion, claim: Claim) -> JobOutcome
             hf = _version_hf(version=version, filters=filters, options=options, sources=sources)
     except ExportEmpty as exc:
         _version_fail(claim, str(exc).replace("pass --allow-empty", 'tick "Allow empty"'))
+        return "failed"
+    except FrameMissing as exc:  # the data's fault, not the code's: no traceback logged
+        _version_fail(claim, f"{exc}; restore it, or leave its episode out of the dataset")
         return "failed"
     except ExportRefused as exc:
         lines = exc.lines()

@@ -165,6 +165,9 @@ STORAGES = {
                 "file_overwrite": True,
                 "default_acl": None,
                 "querystring_auth": True,
+                # A file read whole (a download, a training upload's rows) spills to the
+                # temporary folder past this size, instead of being held in memory.
+                "max_memory_size": 10 * 1024 * 1024,
             },
         }
         if _S3_BUCKET

@@ -9,6 +9,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, default_storage
@@ -55,8 +56,10 @@ class FrameStore:
         except NotImplementedError:  # remote storage (S3): no local path
             self._root = None
         self._root_prefix = os.path.join(self._root, "") if self._root is not None else ""
-        # Only local files: a remote storage's client may not be shared across threads.
-        self._write_ahead = write_ahead and self._root is not None
+        self._bucket = _BucketObjects.of(self.storage) if self._root is None else None
+        # Local files, or a bucket through a client of each thread's own: another remote
+        # storage's client may not be shared across threads.
+        self._write_ahead = write_ahead and (self._root is not None or self._bucket is not None)
 
     def put(self, png: bytes) -> tuple[str, str]:
         """Store `png` if new; return (sha256, storage name)."""
@@ -98,6 +101,9 @@ class FrameStore:
             self._write(name, png)
 
     def _write(self, name: str, png: bytes) -> None:
+        if self._bucket is not None:
+            self._bucket.put(name, png)
+            return
         if self._root is None:
             if not self.storage.exists(name):
                 self.storage.save(name, ContentFile(png))
@@ -138,13 +144,69 @@ class FrameStore:
         os.replace(tmp, path)
 
     def read(self, name: str) -> bytes:
-        if self._root is not None:
-            # A plain path string: an export reads a frame per row, and Path cost more than
-            # the read itself.
-            with open(self._root_prefix + name, "rb", buffering=0) as fh:
-                return fh.readall()
-        with self.storage.open(name, "rb") as fh:
-            return fh.read()
+        """The frame's bytes; FrameMissing when storage has no such file."""
+        try:
+            if self._root is not None:
+                # A plain path string: an export reads a frame per row, and Path cost more
+                # than the read itself.
+                with open(self._root_prefix + name, "rb", buffering=0) as fh:
+                    return fh.readall()
+            if self._bucket is not None:
+                return self._bucket.get(name)
+            with self.storage.open(name, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError as exc:
+            raise FrameMissing(name) from exc
+
+
+class FrameMissing(FileNotFoundError):
+    """A frame's row names a file that storage (a folder or a bucket) does not hold: said
+    with the frame's storage name, never a host's path or the storage client's words."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"frame file missing from storage: {name}")
+
+
+class _BucketObjects:
+    """A frame as one GET or one PUT on an S3 bucket (django-storages' S3Storage), where the
+    storage API makes two or three requests and a temporary file of each: an export from a
+    bucket reads a frame per row, and a worker writes one per step.
+
+    A PUT replaces whatever the name held with the same bytes (the name is their sha256), so
+    no existence check is needed first. The client is the storage's own for this thread."""
+
+    def __init__(self, storage: Storage) -> None:
+        from storages.utils import clean_name
+
+        self.storage: Any = storage
+        self._clean = clean_name
+
+    @classmethod
+    def of(cls, storage: Storage) -> _BucketObjects | None:
+        wanted = ("bucket_name", "connection", "get_object_parameters", "_normalize_name")
+        return cls(storage) if all(hasattr(storage, a) for a in wanted) else None
+
+    def _call(self, name: str) -> tuple[Any, dict[str, str]]:
+        key = self.storage._normalize_name(self._clean(name))
+        return self.storage.connection.meta.client, {
+            "Bucket": self.storage.bucket_name,
+            "Key": key,
+        }
+
+    def get(self, name: str) -> bytes:
+        client, where = self._call(name)
+        try:
+            return client.get_object(**where)["Body"].read()
+        except client.exceptions.NoSuchKey as exc:
+            raise FrameMissing(name) from exc
+
+    def put(self, name: str, png: bytes) -> None:
+        client, where = self._call(name)
+        params = {"ContentType": "image/png", **self.storage.get_object_parameters(name)}
+        if getattr(self.storage, "default_acl", None):
+            params["ACL"] = self.storage.default_acl
+        client.put_object(Body=png, **where, **params)
 
 
 _writer_lock = threading.Lock()
