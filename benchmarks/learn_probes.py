@@ -369,15 +369,19 @@ def per_kind(runs: dict[str, int], kinds: tuple[str, ...]) -> dict[str, dict]:
                 else {"asked": 0, "answered": 0}
             )
         paired_untrained = _paired(vs_untrained, kind)
+        paired_control = _paired(vs_no_image, kind)
+        above_chance = figures["trained"].get("against_chance") == "above"
         out[kind] = {
             "n": figures["trained"].get("answered", 0),
             "chance": figures["trained"].get("chance"),
             **figures,
             "trained_minus_untrained": paired_untrained,
-            "trained_minus_no_image": _paired(vs_no_image, kind),
-            "above_chance": figures["trained"].get("against_chance") == "above",
-            "goal_met": figures["trained"].get("against_chance") == "above"
-            and bool(paired_untrained["above_zero"]),
+            "trained_minus_no_image": paired_control,
+            "above_chance": above_chance,
+            # None: no question was answered by both (the untrained start answered none).
+            "above_untrained": paired_untrained["above_zero"],
+            "above_no_image": bool(paired_control["above_zero"]),
+            "goal_met": above_chance and paired_untrained["above_zero"] is True,
         }
     return out
 
@@ -455,6 +459,11 @@ def main() -> None:
                 "kinds": kinds,
                 "goal_met_kinds": [kind for kind, k in kinds.items() if k["goal_met"]],
                 "above_chance_kinds": [kind for kind, k in kinds.items() if k["above_chance"]],
+                "above_chance_and_no_image_kinds": [
+                    kind for kind, k in kinds.items() if k["above_chance"] and k["above_no_image"]
+                ],
+                "untrained_answered": sum(k["untrained"]["answered"] for k in kinds.values()),
+                "untrained_asked": sum(k["untrained"]["asked"] for k in kinds.values()),
                 "goal_met": sum(k["goal_met"] for k in kinds.values()) >= 3,
                 "train_steps": args.train_steps,
                 "batch": args.batch,
