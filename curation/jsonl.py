@@ -304,7 +304,9 @@ class RowBuilder:
         )
 
     def _tools(self, episode: EpisodeContext) -> str:
-        if not episode.tools:
+        # None: the batch kept no tools of its own (it offered the game's). An empty list is
+        # an imported file whose rows offered none (probe questions): exported as none.
+        if episode.tools is None:
             return self._default_tools_json
         key = dumps(episode.tools)
         if key not in self._tools_json:
