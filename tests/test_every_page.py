@@ -53,7 +53,7 @@ from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
 from studio.models import LoginFailure
 from studio.testing import ROOT, run_python
-from training.models import TrainingEvent, TrainingJob
+from training.models import LocalRun, TrainingEvent, TrainingJob
 from training.tests.test_evaluate import BASE, FINE_TUNED, _job
 
 pytestmark = pytest.mark.django_db
@@ -166,6 +166,8 @@ def studio(db, chat_server, chat_endpoint) -> Studio:
     TrainingEvent.objects.create(
         job=job, remote_id="done", time=timezone.now(), type="job.succeeded", message="done"
     )
+    # A train worker's run, as a `trl` job has (its card on the job page, its admin pages).
+    LocalRun.objects.create(job=job, status=LocalRun.Status.DONE, step=30, total_steps=30)
     tuned = evaluation_batch(job=job, model=FINE_TUNED, ended=6)
     base = evaluation_batch(job=job, model=BASE, ended=6)
 

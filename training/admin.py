@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from training.models import TrainingEvent, TrainingJob
+from training.models import LocalRun, TrainingEvent, TrainingJob
 
 
 class TrainingEventInline(admin.TabularInline):
@@ -47,6 +47,32 @@ class TrainingEventAdmin(admin.ModelAdmin):
     list_filter = ["level", "type"]
     search_fields = ["message", "remote_id"]
     raw_id_fields = ["job"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(LocalRun)
+class LocalRunAdmin(admin.ModelAdmin):
+    """A trl job's run on a train worker: shown, never edited (the worker and Cancel do that)."""
+
+    list_display = [
+        "id",
+        "job",
+        "status",
+        "step",
+        "total_steps",
+        "checkpoint_step",
+        "attempts",
+        "fine_tuned_model",
+        "heartbeat_at",
+    ]
+    list_filter = ["status"]
+    search_fields = ["fine_tuned_model", "model_sha256"]
+    raw_id_fields = ["job", "created_by"]
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
