@@ -66,39 +66,21 @@ QUESTION = ("Is it night?", ["yes", "no"])
 
 def model_built(size: str, processor_dir: Path, dtype):
     """A Qwen2-VL of `size` with random weights; special token ids from the tiny processor."""
-    from transformers import AutoProcessor, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+
+    from training.open_models.tiny import qwen2_vl_config
 
     shape = SIZES[size]
     tokenizer = AutoProcessor.from_pretrained(processor_dir).tokenizer
-    token = tokenizer.convert_tokens_to_ids
     text = dict(shape["text"])
     sections = text.pop("mrope_section")
-    config = Qwen2VLConfig(
+    config = qwen2_vl_config(
+        tokenizer,
+        text={**text, "max_position_embeddings": 32768},
+        mrope_section=sections,
+        rope_theta=1000000.0,
+        vision=shape["vision"],
         tie_word_embeddings=text["tie_word_embeddings"],
-        text_config={
-            **text,
-            "max_position_embeddings": 32768,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1000000.0,
-                "mrope_section": sections,
-            },
-            "bos_token_id": token("<|endoftext|>"),
-            "eos_token_id": token("<|im_end|>"),
-            "pad_token_id": token("<|endoftext|>"),
-        },
-        vision_config={
-            **shape["vision"],
-            "hidden_size": text["hidden_size"],
-            "mlp_ratio": 4,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-        },
-        image_token_id=token("<|image_pad|>"),
-        video_token_id=token("<|video_pad|>"),
-        vision_start_token_id=token("<|vision_start|>"),
-        vision_end_token_id=token("<|vision_end|>"),
     )
     model = Qwen2VLForConditionalGeneration(config).to(dtype)
     return model

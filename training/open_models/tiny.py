@@ -130,7 +130,6 @@ def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed:
     `directory` and return it. Needs the `.[train]` extra; downloads nothing."""
     import torch
     from transformers import (
-        Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
         Qwen2VLImageProcessor,
         Qwen2VLProcessor,
@@ -153,8 +152,9 @@ def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed:
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=CHAT_TEMPLATE,
     )
-    config = Qwen2VLConfig(
-        text_config={
+    config = qwen2_vl_config(
+        tokenizer,
+        text={
             "vocab_size": len(tokenizer),
             "hidden_size": size.hidden,
             "intermediate_size": size.hidden * 4,
@@ -162,30 +162,11 @@ def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed:
             "num_attention_heads": size.heads,
             "num_key_value_heads": size.heads,
             "max_position_embeddings": 4096,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                # Qwen2-VL's multimodal rotary sections (time, height, width) sum to half a
-                # head's width.
-                "mrope_section": _mrope_sections(size.hidden // size.heads),
-            },
-            "bos_token_id": token("<|endoftext|>"),
-            "eos_token_id": token("<|im_end|>"),
-            "pad_token_id": token("<|endoftext|>"),
         },
-        vision_config={
-            "depth": size.vision_depth,
-            "embed_dim": size.vision_dim,
-            "hidden_size": size.hidden,
-            "num_heads": 2,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-        },
-        image_token_id=token("<|image_pad|>"),
-        video_token_id=token("<|video_pad|>"),
-        vision_start_token_id=token("<|vision_start|>"),
-        vision_end_token_id=token("<|vision_end|>"),
+        # Qwen2-VL's multimodal rotary sections (time, height, width) sum to half a head's width.
+        mrope_section=_mrope_sections(size.hidden // size.heads),
+        rope_theta=10000.0,
+        vision={"depth": size.vision_depth, "embed_dim": size.vision_dim, "num_heads": 2},
     )
     torch.manual_seed(seed)
     model = Qwen2VLForConditionalGeneration(config)
@@ -194,6 +175,49 @@ def build_tiny_vlm(directory: Path | str, *, size: TinySize | None = None, seed:
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
     return directory
+
+
+def qwen2_vl_config(
+    tokenizer,
+    *,
+    text: dict,
+    vision: dict,
+    mrope_section: list[int],
+    rope_theta: float,
+    **outer,
+):
+    """A `Qwen2VLConfig` of the given text and vision shapes whose special token ids are
+    `tokenizer`'s (Qwen's tokens, by text): the tiny model's, and a real-size shape's with
+    random weights (benchmarks/trl_gpu_throughput.py)."""
+    from transformers import Qwen2VLConfig
+
+    token = tokenizer.convert_tokens_to_ids
+    return Qwen2VLConfig(
+        text_config={
+            **text,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": rope_theta,
+                "mrope_section": mrope_section,
+            },
+            "bos_token_id": token("<|endoftext|>"),
+            "eos_token_id": token("<|im_end|>"),
+            "pad_token_id": token("<|endoftext|>"),
+        },
+        vision_config={
+            "mlp_ratio": 4,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            **vision,
+            "hidden_size": text["hidden_size"],
+        },
+        image_token_id=token("<|image_pad|>"),
+        video_token_id=token("<|video_pad|>"),
+        vision_start_token_id=token("<|vision_start|>"),
+        vision_end_token_id=token("<|vision_end|>"),
+        **outer,
+    )
 
 
 def _mrope_sections(head_dim: int) -> list[int]:
