@@ -81,3 +81,11 @@ def submitter(db) -> User:
 @pytest.fixture
 def reference_toml() -> str:
     return REFERENCE.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The tiny Qwen2-VL (random weights of seed 0), built once: runs only read it."""
+    from training.open_models.tiny import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model", seed=0)

@@ -4,8 +4,6 @@ cancel task on a core worker, the provider, the poll)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from studio.testing import wait_until
@@ -15,18 +13,12 @@ from training.tests.test_submit import wait_for
 from training.tests.test_trl_train import (
     logs,
     submit_trl,
-    tiny_model_built,
     trl_config,
     worker_env,
     workers,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return tiny_model_built(tmp_path_factory)
 
 
 def test_cancel_stops_the_run_within_a_step_or_two(

@@ -6,7 +6,6 @@ holds each step once."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -18,18 +17,12 @@ from training.tests.test_trl_train import (
     logs,
     start_worker,
     submit_trl,
-    tiny_model_built,
     trl_config,
     worker_env,
     workers,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return tiny_model_built(tmp_path_factory)
 
 
 STEPS, SAVE = 24, 8

@@ -28,18 +28,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TRL_TOML = Path(__file__).resolve().parents[1] / "configs" / "crafter_vlm_trl.toml"
 
 
-def tiny_model_built(tmp_path_factory) -> Path:
-    """The tiny Qwen2-VL, random weights of seed 0 (each test module builds its own)."""
-    from training.open_models.tiny import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model", seed=0)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return tiny_model_built(tmp_path_factory)
-
-
 def trl_config(
     directory: Path, model: Path, *, max_steps: int, save_steps: int, eval_steps: int = 10
 ) -> Path:
