@@ -186,11 +186,12 @@ def test_a_trained_model_and_its_checkpoint_live_in_the_bucket_and_are_fetched_c
         assert (_sha(data), len(data)) == (entry["sha256"], entry["bytes"]), name
 
     # The train worker read the export from the bucket into its own cache, under the sha256
-    # of the bucket's bytes, unzipped whole (beside it, what `datasets` caches of its own).
+    # of the bucket's bytes, unzipped whole and nothing else (the run's own tables go to its
+    # work folder).
     archive = bucket.read(bucket_version.hf_file.name)
     entry = processes.caches["train"] / f"dataset-{_sha(archive)}"
     assert entry.is_dir(), sorted(p.name for p in processes.caches["train"].iterdir())
-    assert _zip_contents(archive).items() <= _dir_contents(entry).items()
+    assert _zip_contents(archive) == _dir_contents(entry)
 
     # Nothing went through a media folder: each process's stayed empty.
     for root in [*processes.roots.values(), bucket.scratch / "media-web"]:

@@ -184,8 +184,16 @@ def training_rows(dataset: Any, processor: Any, *, split: str, cache_file: Path)
     from datasets import Image, List  # the train extra
 
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    # Counted, not decoded: the images stay the export's PNG bytes until the collator.
-    undecoded = dataset.cast_column("images", List(Image(decode=False)))
+    # Counted, not decoded: the images stay the export's PNG bytes until the collator. The
+    # cast writes its table into the run's own folder: left to itself `datasets` would write it
+    # beside the export's shards, in the checked (and size-bounded) model cache.
+    features = dataset.features.copy()
+    features["images"] = List(Image(decode=False))
+    undecoded = dataset.cast(
+        features,
+        cache_file_name=str(cache_file.with_name(f"{cache_file.stem}-undecoded.arrow")),
+        load_from_cache_file=False,
+    )
     rendered = undecoded.map(
         _RowRenderer(processor, split),
         input_columns=["images", "prompt", "completion", "tools"],
