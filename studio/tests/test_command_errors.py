@@ -41,6 +41,7 @@ MISTAKES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "probe_set": (("--per-episode", "0"), "probe_set: error: per-episode: 0 is not at least 1"),
     "rollout": (("--cancel", "999999"), "rollout: error: cancel: there is no batch 999999"),
+    "serve_model": (("999999",), "serve_model: error: job: no training job 999999"),
     "submit_training": (
         ("--config", "/no/such/config.toml", "--dataset-version", "1"),
         "submit_training: error: config: cannot read '/no/such/config.toml' (FileNotFoundError)",
