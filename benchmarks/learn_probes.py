@@ -20,18 +20,18 @@ Every step is one of the studio's own commands, run as a user runs them (`manage
 5. `serve_model JOB` (transformers serve, CPU): the trained model as endpoint
    `trl-job-<id>`; the untrained start served the same way (the same engine functions) as
    endpoint `tiny-untrained`.
-6. `probe_run --inline` of the held-out set: the trained model with the frame (`image`),
-   the trained model without it (`none`: what it answers from the question alone, the
-   control that the image is what it learned from), and the untrained start (`image`),
-   bounded by `--untrained-minutes` and canceled after it: an untrained model writes
-   `max_tokens` tokens of noise per question, every one an error (`unparsed`).
-7. The paired comparison of the probe pages (`probes.results.runs_compare`, on the
-   questions both runs answered) and each run's accuracy with its 95% Wilson interval and
-   chance (`probes.results.run_results`), per kind.
+6. `probe_run --inline` of the whole held-out set: the trained model with the frame
+   (`image`), without it (`none`, the control that the image is what it learned from), and
+   the untrained start (`image`), which never stops on its own but is asked for a few tokens
+   a question (`probes.asking.ANSWER_MAX_TOKENS`), so it too answers every question.
+7. Per kind, over every held-out question, one not answered with a choice counting as wrong
+   (`unanswered_counts_as_wrong`; `answered` says how many were): each run's accuracy with
+   its 95% Wilson interval, chance (the mean of 1 / choices), and the trained run's paired
+   difference to the untrained start and to the control, with the probe pages' 95% paired
+   bootstrap (`probes.results.paired_difference`).
 
-The goal, per kind: the trained model's interval above chance and its paired difference to
-the untrained start (and to the no-image control) with an interval above 0. Where the
-untrained start answered nothing, the comparison with it has no questions and says so.
+The goal, per kind: the trained model's interval above chance and above the untrained
+start's interval; met overall when at least three kinds meet it.
 
 Why text replies: a probe row's reply is the letter of the right choice, and the choices are
 shuffled per question. From scratch, the letter is an exclusive-or of what the frame shows
@@ -40,7 +40,7 @@ so a tiny model's loss stays at the coin-flip level (`--reply letter` reproduces
 choice's own text depends on the frame alone.
 
     python benchmarks/learn_probes.py [--kinds night asleep threat_near] [--train-steps 300]
-        [--batch 16] [--learning-rate 2e-3] [--reply text|letter] [--untrained-minutes 3]
+        [--batch 16] [--learning-rate 2e-3] [--reply text|letter] [--keep]
 
 Reads BENCH_DATABASE (default `studio_bench_learn`, created and migrated here),
 CELERY_BROKER_URL (default redis://127.0.0.1:6379/14). Prints one JSON object.
@@ -91,10 +91,11 @@ class Studio:
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         return json.loads(lines[-1]) if lines else {}
 
-    def start(self, *args: str, name: str) -> subprocess.Popen:
+    def start(self, *args: str, name: str, argv: list[str] | None = None) -> subprocess.Popen:
+        """`argv` (default: `manage.py *args`) in a session of its own, logged to `name`."""
         out = (self.logs / f"{name}.log").open("w")
         return subprocess.Popen(
-            self.argv(*args),
+            argv or self.argv(*args),
             cwd=ROOT,
             env=self.env,
             stdin=subprocess.DEVNULL,
@@ -203,20 +204,13 @@ save_steps = {steps}
 def workers(studio: Studio) -> Iterator[None]:
     """A core worker (submissions, polls) and a train worker (the run), each one process."""
     base = ["-m", "celery", "-A", "studio", "worker", "--pool", "solo", "--loglevel", "WARNING"]
-    started = []
-    for queue in ("celery", "train"):
-        out = (studio.logs / f"worker-{queue}.log").open("w")
-        started.append(
-            subprocess.Popen(
-                [sys.executable, *base, "-Q", queue, "-n", f"learn-{queue}@%h"],
-                cwd=ROOT,
-                env=studio.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    started = [
+        studio.start(
+            name=f"worker-{queue}",
+            argv=[sys.executable, *base, "-Q", queue, "-n", f"learn-{queue}@%h"],
         )
+        for queue in ("celery", "train")
+    ]
     try:
         yield
     finally:
@@ -291,35 +285,24 @@ def untrained_served(base_model: Path, logs: Path) -> Iterator[tuple[str, str]]:
 # --- asking and comparing --------------------------------------------------------------------
 
 
-def probe_run(
-    studio: Studio, set_id: int, served: tuple[str, str], observation: str, *, minutes: float
-) -> dict:
-    """`probe_run --inline` of the set; canceled (`probe_run --cancel`) after `minutes`,
-    its answers so far kept. Returns the run's id and how it ended."""
+def probe_run(studio: Studio, set_id: int, served: tuple[str, str], observation: str) -> dict:
+    """`probe_run --inline` of the whole set: the run's id and how it ended."""
     from probes.models import ProbeRun
 
     endpoint, model = served
     before = ProbeRun.objects.order_by("-id").values_list("id", flat=True).first() or 0
     started = time.monotonic()
-    process = studio.start(
+    # Exit 1 is a run that failed (its answers so far are kept and counted below).
+    studio.run(
         "probe_run", str(set_id), "--endpoint", endpoint, "--model", model,
-        "--observation", observation, "--concurrency", "2", "--inline",
-        name=f"probe-run-{endpoint}-{observation}",
+        "--observation", observation, "--concurrency", "2", "--inline", ok=(0, 1),
     )  # fmt: skip
-    canceled = False
-    while process.poll() is None:
-        run_id = ProbeRun.objects.filter(id__gt=before).values_list("id", flat=True).first()
-        if run_id and not canceled and time.monotonic() - started > minutes * 60:
-            studio.run("probe_run", "--cancel", str(run_id))
-            canceled = True
-        time.sleep(2)
     run = ProbeRun.objects.filter(id__gt=before).order_by("id").first()
     if run is None:
         raise SystemExit(f"learn_probes: probe_run on {endpoint} created no run")
     return {
         "run_id": run.id,
         "status": run.status,
-        "canceled_after_minutes": minutes if canceled else None,
         "minutes": round((time.monotonic() - started) / 60, 2),
     }
 
@@ -332,56 +315,82 @@ def _rounded(value):
     return value
 
 
-def _paired(comparison, kind: str) -> dict:
-    paired = comparison.kinds.get(kind)
-    if paired is None or not paired.questions:
-        return {"questions": 0, "difference": None, "interval": None, "above_zero": None}
+def right_per_question(set_id: int, run_ids: dict[str, int]) -> dict[str, dict]:
+    """Per kind: each question's chance (1 / its choices) and, per run, whether it named
+    the right choice. A question a run did not answer with a choice (an error, an unparsed
+    answer, or no answer stored) counts as wrong; `answered` says how many it did answer."""
+    from probes.models import ProbeQuestion
+    from probes.selectors_runs import run_answer_records
+
+    kinds: dict[str, dict] = {}
+    questions = ProbeQuestion.objects.filter(probe_set_id=set_id).order_by("index")
+    for qid, kind, choices in questions.values_list("id", "kind", "choices"):
+        entry = kinds.setdefault(kind, {"ids": [], "chance": [], "runs": {}})
+        entry["ids"].append(qid)
+        entry["chance"].append(1 / len(choices))
+    for name, run_id in run_ids.items():
+        records = {r.question_id: r for r in run_answer_records(run_id=run_id)}
+        for entry in kinds.values():
+            got = [records.get(qid) for qid in entry["ids"]]
+            entry["runs"][name] = {
+                "right": [bool(r and r.correct) for r in got],
+                "answered": sum(bool(r and r.answered) for r in got),
+            }
+    return kinds
+
+
+def _accuracy(right: list[bool], answered: int) -> dict:
+    from evaluation.statistics import wilson_interval
+
+    n, hits = len(right), sum(right)
     return {
-        "questions": paired.questions,
-        "difference": _rounded(paired.difference),
-        "interval": _rounded(paired.interval),
-        "above_zero": paired.interval[0] > 0,
-        "only_trained_right": paired.only_other,
-        "only_base_right": paired.only_base,
+        "right": hits,
+        "answered": answered,
+        "accuracy": _rounded(hits / n) if n else None,
+        "interval": _rounded(wilson_interval(hits, n)),
     }
 
 
-def per_kind(runs: dict[str, int], kinds: tuple[str, ...]) -> dict[str, dict]:
-    """Each kind: the trained run against chance, the untrained start and the no-image
-    control, on the same questions."""
-    from probes.results import run_results, runs_compare
-    from probes.selectors_runs import run_answer_records
+def _paired(base: list[bool], other: list[bool]) -> dict:
+    """`other` minus `base` on the same questions, with the probe pages' paired bootstrap."""
+    from probes.results import paired_difference
 
-    records = {name: run_answer_records(run_id=run_id) for name, run_id in runs.items()}
-    results = {name: run_results(r, kinds=kinds) for name, r in records.items()}
-    vs_untrained = runs_compare(base=records["untrained"], other=records["trained"], kinds=kinds)
-    vs_no_image = runs_compare(base=records["no_image"], other=records["trained"], kinds=kinds)
+    both = [(b, o) for b, o in zip(base, other, strict=True)]
+    counts = [both.count(pair) for pair in ((True, True), (True, False), (False, True))]
+    difference, interval = paired_difference(*counts, len(both) - sum(counts))
+    return {
+        "difference": _rounded(difference),
+        "interval": _rounded(interval),
+        "above_zero": interval[0] > 0,
+        "only_trained_right": counts[2],
+        "only_base_right": counts[1],
+    }
+
+
+def per_kind(set_id: int, run_ids: dict[str, int], kinds: tuple[str, ...]) -> dict[str, dict]:
+    """Each kind, over every held-out question: the trained run against chance, against the
+    untrained start and against the no-image control."""
+    found = right_per_question(set_id, run_ids)
     out = {}
-    for kind in kinds:
-        figures = {}
-        for name, result in results.items():
-            accuracy = result.kinds.get(kind)
-            figures[name] = (
-                {"asked": accuracy.asked, "answered": accuracy.answered}
-                | {k: _rounded(v) for k, v in accuracy.figures_json().items()}
-                | {"against_chance": accuracy.against_chance}
-                if accuracy is not None
-                else {"asked": 0, "answered": 0}
-            )
-        paired_untrained = _paired(vs_untrained, kind)
-        paired_control = _paired(vs_no_image, kind)
-        above_chance = figures["trained"].get("against_chance") == "above"
+    for kind in [k for k in kinds if k in found] + sorted(set(found) - set(kinds)):
+        entry = found[kind]
+        runs = {name: _accuracy(r["right"], r["answered"]) for name, r in entry["runs"].items()}
+        right = {name: r["right"] for name, r in entry["runs"].items()}
+        chance = sum(entry["chance"]) / len(entry["chance"])
+        trained_low = runs["trained"]["interval"][0]
+        above_chance = trained_low > chance
+        excludes = trained_low > runs["untrained"]["interval"][1]
+        vs_control = _paired(right["no_image"], right["trained"])
         out[kind] = {
-            "n": figures["trained"].get("answered", 0),
-            "chance": figures["trained"].get("chance"),
-            **figures,
-            "trained_minus_untrained": paired_untrained,
-            "trained_minus_no_image": paired_control,
+            "questions": len(entry["ids"]),
+            "chance": _rounded(chance),
+            **runs,
+            "trained_minus_untrained": _paired(right["untrained"], right["trained"]),
+            "trained_minus_no_image": vs_control,
             "above_chance": above_chance,
-            # None: no question was answered by both (the untrained start answered none).
-            "above_untrained": paired_untrained["above_zero"],
-            "above_no_image": bool(paired_control["above_zero"]),
-            "goal_met": above_chance and paired_untrained["above_zero"] is True,
+            "interval_excludes_untrained": excludes,
+            "above_no_image": vs_control["above_zero"],
+            "goal_met": above_chance and excludes,
         }
     return out
 
@@ -421,9 +430,35 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--model-seed", type=int, default=0)
     parser.add_argument("--reply", choices=("text", "letter"), default="text")
-    parser.add_argument("--untrained-minutes", type=float, default=3.0)
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     return parser.parse_args()
+
+
+def report(kinds: dict, args, dataset: dict, sets: dict, job: dict, runs: dict, started, scratch):
+    """The one JSON object printed."""
+    untrained = [k["untrained"] for k in kinds.values()]
+    return {
+        "kinds": kinds,
+        "unanswered_counts_as_wrong": True,
+        "goal_met_kinds": [kind for kind, k in kinds.items() if k["goal_met"]],
+        "above_chance_kinds": [kind for kind, k in kinds.items() if k["above_chance"]],
+        "above_chance_and_no_image_kinds": [
+            kind for kind, k in kinds.items() if k["above_chance"] and k["above_no_image"]
+        ],
+        "untrained_answered": sum(u["answered"] for u in untrained),
+        "untrained_asked": sum(k["questions"] for k in kinds.values()),
+        "goal_met": sum(k["goal_met"] for k in kinds.values()) >= 3,
+        "train_steps": args.train_steps,
+        "batch": args.batch,
+        "learning_rate": args.learning_rate,
+        "reply": args.reply,
+        "training_rows": dataset["rows"],
+        "held_out_questions": sets["held"]["questions"],
+        "training": job,
+        "runs": runs,
+        "total_minutes": round((time.monotonic() - started) / 60, 2),
+        "scratch": str(scratch) if args.keep else None,
+    }
 
 
 def main() -> None:
@@ -448,36 +483,12 @@ def main() -> None:
     held = sets["held"]["set_id"]
     runs = {}
     with trained_served(studio, job["job_id"]) as served:
-        runs["trained"] = probe_run(studio, held, served, "image", minutes=60)
-        runs["no_image"] = probe_run(studio, held, served, "none", minutes=60)
+        runs["trained"] = probe_run(studio, held, served, "image")
+        runs["no_image"] = probe_run(studio, held, served, "none")
     with untrained_served(base_model, studio.logs) as served:
-        runs["untrained"] = probe_run(studio, held, served, "image", minutes=args.untrained_minutes)
-    kinds = per_kind({name: run["run_id"] for name, run in runs.items()}, args.kinds)
-    print(
-        json.dumps(
-            {
-                "kinds": kinds,
-                "goal_met_kinds": [kind for kind, k in kinds.items() if k["goal_met"]],
-                "above_chance_kinds": [kind for kind, k in kinds.items() if k["above_chance"]],
-                "above_chance_and_no_image_kinds": [
-                    kind for kind, k in kinds.items() if k["above_chance"] and k["above_no_image"]
-                ],
-                "untrained_answered": sum(k["untrained"]["answered"] for k in kinds.values()),
-                "untrained_asked": sum(k["untrained"]["asked"] for k in kinds.values()),
-                "goal_met": sum(k["goal_met"] for k in kinds.values()) >= 3,
-                "train_steps": args.train_steps,
-                "batch": args.batch,
-                "learning_rate": args.learning_rate,
-                "reply": args.reply,
-                "training_rows": dataset["rows"],
-                "held_out_questions": sets["held"]["questions"],
-                "training": job,
-                "runs": runs,
-                "total_minutes": round((time.monotonic() - started) / 60, 2),
-                "scratch": str(scratch) if args.keep else None,
-            }
-        )
-    )
+        runs["untrained"] = probe_run(studio, held, served, "image")
+    kinds = per_kind(held, {name: run["run_id"] for name, run in runs.items()}, args.kinds)
+    print(json.dumps(report(kinds, args, dataset, sets, job, runs, started, scratch)))
     if not args.keep:
         import shutil
 

@@ -28,6 +28,11 @@ from studio.untrusted import storable
 
 ERROR_BYTES = 4000
 PREVIEW_CHARS = 200
+# A question asks for one letter, so a few tokens are the whole answer. A batch's default
+# budget is sized for a turn's tool call; a model that does not stop (an untrained one) would
+# spend all of it on every question, slowing a run many times over for answers that are
+# unparsed either way.
+ANSWER_MAX_TOKENS = 32
 
 
 @dataclass
@@ -54,14 +59,14 @@ class ProbeAsker(HoldsChatClient):
     """One per chunk of a run (in one thread): `ask(messages, choices)` per question.
 
     `options`: the run's model, endpoint, URL and limits. The body's parameters are a batch's
-    defaults (temperature, max tokens) and the probe set's seed."""
+    default temperature, `ANSWER_MAX_TOKENS` and the probe set's seed."""
 
     def __init__(self, options: ChatOptions, *, seed: int) -> None:
         self.chat = ChatClient(
             options,
             params={
                 "temperature": default_of("temperature"),
-                "max_tokens": default_of("max_tokens"),
+                "max_tokens": ANSWER_MAX_TOKENS,
                 "seed": policy_seed(seed=seed, sample=0),
             },
         )

@@ -201,3 +201,26 @@ def test_it_rejects_an_oversized_image_and_a_missing_file(db, tmp_path):
 def test_it_refuses_an_empty_file(db, tmp_path):
     result = run("import_jsonl", str(_write(tmp_path / "empty.jsonl", [])))
     assert result.code == 1 and "no rows" in result.stderr
+
+
+def test_rows_that_offered_no_tools_export_none_and_rows_without_tools_get_the_games(db, tmp_path):
+    # `"tools": []` says the row offered none (a probe question); no "tools" key says nothing,
+    # and such a row is exported as a game turn is, with the game's one tool.
+    image = _data_url(Image.new("RGB", (8, 8), (0, 90, 0)))
+    none_offered = [{**_chat_row(i, image), "tools": []} for i in range(2)]
+    unsaid = [_chat_row(i, image) for i in range(2, 4)]
+    tools = {}
+    for name, rows in (("none_offered", none_offered), ("unsaid", unsaid)):
+        imported = run("import_jsonl", str(_write(tmp_path / f"{name}.jsonl", rows)))
+        assert imported.code == 0, imported.stderr
+        out = tmp_path / f"{name}-export.jsonl"
+        batch = str(imported.summary["batch_id"])
+        assert run("export_jsonl", "--output", str(out), "--batch", batch).code == 0
+        exported = read_rows(out)
+        assert [row["messages"][-1]["content"] for row in exported] == [
+            row["messages"][-1]["content"] for row in rows
+        ]
+        tools[name] = [row["tools"] for row in exported]
+    assert tools["none_offered"] == [[], []]
+    names = [[tool["function"]["name"] for tool in row_tools] for row_tools in tools["unsaid"]]
+    assert names == [["interact_many"], ["interact_many"]]

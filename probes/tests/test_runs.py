@@ -110,6 +110,8 @@ def test_it_sends_the_stored_png_the_question_and_lettered_choices(
     assert chat_server.requests[0].headers["authorization"] == f"Bearer {KEY}"
     assert body["model"] == "vlm-x"
     assert "tools" not in body and "tool_choice" not in body
+    # One letter is asked for: a few tokens, not a turn's 512.
+    assert body["max_tokens"] == 32
     system, user = body["messages"]
     assert system["role"] == "system" and "letter" in system["content"]
     image = [p for p in user["content"] if p["type"] == "image_url"]
