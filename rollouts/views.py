@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 from django.contrib import messages
@@ -24,8 +25,10 @@ from rollouts.game.crafter_env import ACHIEVEMENTS
 from rollouts.game.scoring import crafter_score, score_text
 from rollouts.models import REVIEW_PERMISSION, RolloutBatch
 from rollouts.recording import services
-from rollouts.recording.frame_store import FrameStore, frame_name
+from rollouts.recording.frame_store import FrameStore, FrameUnreadable, frame_name
 from studio.queue import QUEUE_UNREACHABLE
+
+logger = logging.getLogger(__name__)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVIEW_PERMISSION = REVIEW_PERMISSION
@@ -230,6 +233,12 @@ def frame_image(request: HttpRequest, sha256: str) -> HttpResponse:
             png = FrameStore().read(frame_name(sha256))
         except FileNotFoundError as exc:
             raise Http404("frame file missing") from exc
+        except FrameUnreadable as exc:
+            # Storage out of reach is not the page's fault: one line, and when to ask again.
+            logger.warning("%s", exc)
+            unavailable = HttpResponse(str(exc), status=503, content_type="text/plain")
+            unavailable["Retry-After"] = "5"
+            return unavailable
         response = HttpResponse(png, content_type="image/png")
     response["Cache-Control"] = "private, max-age=31536000, immutable"
     response["ETag"] = etag

@@ -48,7 +48,13 @@ from studio.testing import (
     subprocess_env,
     wait_for_row,
 )
-from tests.s3_server import Bucket, s3_bucket, s3_server  # noqa: F401 (fixtures)
+from tests.s3_server import (  # noqa: F401 (fixtures)
+    Bucket,
+    _free_port,
+    s3_bucket,
+    s3_server,
+    storages_for,
+)
 from training.models import TrainingJob
 from training.tests.conftest import SYNTH_KEY, fast_training, synth_server  # noqa: F401
 from training.tests.test_submit import submit, wait_for
@@ -425,3 +431,27 @@ def test_a_frame_missing_from_the_bucket_is_one_clear_error(
         " dataset"
     )
     assert not bucket.keys("exports/")
+
+
+def test_a_bucket_out_of_reach_is_a_503_with_one_line_not_a_500(
+    s3_bucket,  # noqa: F811
+    editor,
+    client,
+    settings,
+):
+    batch = _scripted_batch(seeds=(6,), steps=3)
+    turn = Turn.objects.filter(episode__batch=batch).select_related("frame").order_by("index")[1]
+    client.force_login(editor)
+    assert client.get(f"/frames/{turn.frame.sha256}.png").status_code == 200
+
+    # The same bucket's address, but nothing listens there any more.
+    gone = storages_for(s3_bucket, settings.STORAGES)
+    gone["default"]["OPTIONS"]["endpoint_url"] = f"http://127.0.0.1:{_free_port()}"
+    settings.STORAGES = gone
+    answer = client.get(f"/frames/{turn.frame.sha256}.png")
+    assert answer.status_code == 503
+    assert answer["Retry-After"] == "5"
+    name = f"frames/{turn.frame.sha256[:2]}/{turn.frame.sha256[2:4]}/{turn.frame.sha256}.png"
+    assert answer.content.decode() == (
+        f"frame storage did not answer for {name}; try again in a moment"
+    )

@@ -157,6 +157,17 @@ class FrameStore:
                 return fh.read()
         except FileNotFoundError as exc:
             raise FrameMissing(name) from exc
+        except OSError as exc:  # a disk that failed the read: the file may well be there
+            raise FrameUnreadable(name) from exc
+
+
+class FrameUnreadable(OSError):
+    """Storage did not answer for a frame it may well hold (a bucket out of reach, a disk
+    error): said with the frame's storage name, not the client's words; worth trying again."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"frame storage did not answer for {name}; try again in a moment")
 
 
 class FrameMissing(FileNotFoundError):
@@ -195,11 +206,15 @@ class _BucketObjects:
         }
 
     def get(self, name: str) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         client, where = self._call(name)
         try:
             return client.get_object(**where)["Body"].read()
         except client.exceptions.NoSuchKey as exc:
             raise FrameMissing(name) from exc
+        except (BotoCoreError, ClientError) as exc:  # unreachable, refused, throttled
+            raise FrameUnreadable(name) from exc
 
     def put(self, name: str, png: bytes) -> None:
         client, where = self._call(name)
