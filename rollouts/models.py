@@ -152,6 +152,9 @@ class Episode(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     steps = models.PositiveIntegerField(default=0)
     total_reward = models.FloatField(default=0.0)
+    # The reward a reinforcement-learning run gave the episode (its TOML's chosen reward:
+    # crafter's own, the Crafter score, named achievements); null for every other episode.
+    rl_reward = models.FloatField(null=True, blank=True)
     # {achievement name: step at which it was first unlocked}
     achievements = models.JSONField(default=dict, blank=True)
     achievement_count = models.PositiveSmallIntegerField(default=0)
@@ -250,6 +253,10 @@ class Turn(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     actions = models.JSONField(default=list, blank=True)
     reward = models.FloatField(default=0.0)
+    # The policy-gradient advantage its episode's group gave this turn in a reinforcement
+    # learning run (GRPO: the episode's reward against its group's, the same for each of its
+    # turns); null for every other turn.
+    advantage = models.FloatField(null=True, blank=True)
     achievements_unlocked = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     error_kind = models.CharField(max_length=40, blank=True)

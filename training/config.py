@@ -58,8 +58,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "validation_path": Key("str|int", help="validation dataset version id or dataset name"),
     },
     "training": {
-        "mode": Key("str", choices=("sft_offline",)),
+        "mode": Key("str", choices=("sft_offline", "grpo")),
         "use_qlora": Key("bool"),
+    },
+    # Online reinforcement learning (`mode = "grpo"`, the trl provider): docs/training.md.
+    "training.grpo": {
+        "group_size": Key("int", min=2, max=64, help="episodes per seed, compared as a group"),
+        "seeds_per_iteration": Key("int", min=1, max=1024),
+        "steps_per_episode": Key("int", min=1, max=10000),
+        "iterations": Key("int", min=1, max=100000),
+        "reward": Key("str", max_length=500, help='"crafter", "score" or "achievements:a,b"'),
+        "kl_coef": Key("float", min=0.0, max=100.0),
+        "first_seed": Key("int", min=0, max=2**31 - 1),
+        "max_answer_tokens": Key("int", min=1, max=4096),
+        "temperature": Key("float", min=0.0, max=10.0),
     },
     "training.validation": {
         "enabled": Key("bool"),

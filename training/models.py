@@ -36,8 +36,14 @@ class TrainingJob(ClaimedJob):
     ACTIVE = (Status.PENDING, Status.UPLOADING, Status.SUBMITTED, Status.RUNNING)
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
 
+    # None for a reinforcement-learning job ([training] mode = "grpo"): it trains on the
+    # episodes it plays, not on a dataset version.
     dataset_version = models.ForeignKey(
-        "datasets.DatasetVersion", on_delete=models.PROTECT, related_name="training_jobs"
+        "datasets.DatasetVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="training_jobs",
     )
     validation_version = models.ForeignKey(
         "datasets.DatasetVersion",
@@ -242,3 +248,52 @@ class LocalRunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.type or self.name}: {self.message[:60]}"
+
+
+class GrpoIteration(models.Model):
+    """One iteration of a GRPO job: its episodes (a batch, `group_size` samples of each of its
+    seeds, played by the policy as it was after `checkpoint_step` updates), their rewards and
+    the trainer's update. Written as it is played; `complete` once every episode is scored.
+
+    A run resumed from a checkpoint removes the iterations after it (their update was lost
+    with the worker) and plays them again: an iteration's episodes are never recorded twice.
+    """
+
+    class Status(models.TextChoices):
+        PLAYING = "playing"
+        COMPLETE = "complete"
+        CANCELED = "canceled"
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="grpo_iterations")
+    number = models.PositiveIntegerField()  # 1-based; the trainer's step once it is applied
+    batch = models.OneToOneField(
+        "rollouts.RolloutBatch", on_delete=models.PROTECT, related_name="grpo_iteration"
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PLAYING)
+    # The policy that played: the trainer's step its weights come from (0: the base model).
+    checkpoint_step = models.PositiveIntegerField(default=0)
+    seeds = models.JSONField(default=list)
+    group_size = models.PositiveSmallIntegerField()
+    reward = models.CharField(max_length=500)  # the TOML's reward, as written
+    episodes = models.PositiveIntegerField(default=0)  # scored episodes
+    # The episodes' chosen reward: mean and its 95% interval (Student's t over episodes).
+    reward_mean = models.FloatField(null=True, blank=True)
+    reward_low = models.FloatField(null=True, blank=True)
+    reward_high = models.FloatField(null=True, blank=True)
+    # The Crafter score of the iteration's episodes and each achievement's success rate.
+    score = models.FloatField(null=True, blank=True)
+    success_rates = models.JSONField(default=dict, blank=True)
+    # What the trainer logged for this iteration's update.
+    loss = models.FloatField(null=True, blank=True)
+    kl = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="grpo_iteration_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Iteration {self.number} of job {self.job_id} ({self.status})"
