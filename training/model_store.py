@@ -81,12 +81,8 @@ def _copy_hashing(source: IO[bytes], target: IO[bytes], limit: int) -> tuple[str
 
 def _file_sha256(path: Path) -> tuple[str, int]:
     with open(path, "rb") as fh:
-        return _copy_hashing(fh, _Discard(), path.stat().st_size)
-
-
-class _Discard:
-    def write(self, block: bytes) -> None:
-        pass
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        return digest, fh.tell()
 
 
 # -- zips ---------------------------------------------------------------------------------

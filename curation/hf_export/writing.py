@@ -248,11 +248,8 @@ def _write_json(path: Path, value: Any, *, indent: int | None = 2) -> None:
 
 
 def _file_sha256(path: Path) -> str:
-    hasher = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            hasher.update(block)
-    return hasher.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _manifest_sha256(root: Path) -> tuple[str, list[str]]:
