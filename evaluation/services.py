@@ -1,9 +1,10 @@
 """Writes for evaluation: the batches a training job's "Evaluate" starts.
 
 A fine-tuned model is played on seeds no episode of its training data played (held out,
-chosen by `selectors.held_out_plan`, the same ones every time), and its base model on the
-same seeds with the same settings, so the two can be compared seed by seed on /compare/.
-Both batches record the job (`RolloutBatch.evaluates`); their `model` says which is which.
+chosen by `selectors_training.job_held_out_plan`, the same ones every time), and its base
+model on the same seeds with the same settings, so the two can be compared seed by seed on
+/compare/. Both batches record the job (`RolloutBatch.evaluates`); their `model` says which
+is which.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import replace
 
 from django.db import transaction
 
-from evaluation import selectors
 from evaluation.baselines import evaluation_baselines
+from evaluation.selectors_training import job_held_out_plan
 from rollouts.models import RolloutBatch
 from rollouts.policies.endpoints import endpoint_settings
 from rollouts.recording import services as rollout_services
@@ -63,9 +64,7 @@ def evaluation_batch_create(
             endpoint_check_model(endpoint=endpoint, model=job.fine_tuned_model)
         except EndpointError as exc:
             raise EvaluationError(str(exc)) from exc
-        plan = selectors.held_out_plan(
-            version=job.dataset_version, count=count, base_model=job.model
-        )
+        plan = job_held_out_plan(job=job, count=count)
         existing = (
             RolloutBatch.objects.filter(
                 evaluates=job,
