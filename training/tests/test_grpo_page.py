@@ -14,6 +14,7 @@ from django.db import connection
 
 from evaluation.selectors_training import job_held_out_plan
 from rollouts.models import Episode, RolloutBatch
+from rollouts.tests.helpers import seed_episode
 from studio.testing import run_python
 from training import selectors, services
 from training.charts import RewardPoint, reward_chart, update_chart
@@ -212,3 +213,20 @@ def test_the_page_on_the_demos_sqlite(tmp_path):
     result = run_python("-m", "pytest", "-q", test, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "1 passed" in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_iterations_and_never_edits_them(admin_client):
+    job = grpo_job()
+    first, _, _ = three_iterations(job)
+    listing = admin_client.get("/admin/training/grpoiteration/")
+    assert listing.status_code == 200
+    assert f"Iteration 1 of job {job.id} (complete)" in listing.content.decode()
+    assert admin_client.get("/admin/training/grpoiteration/add/").status_code == 403
+    change = admin_client.get(f"/admin/training/grpoiteration/{first.id}/change/").content
+    assert b'name="reward_mean"' not in change  # shown as text, not as a field to edit
+    episodes = admin_client.get("/admin/rollouts/episode/").content.decode()
+    assert "column-rl_reward" in episodes
+    seed_episode(turns=1, observation="o", model_text="t")
+    turns = admin_client.get("/admin/rollouts/turn/").content.decode()
+    assert "column-advantage" in turns
