@@ -35,7 +35,12 @@ class EvaluationError(ValueError):
 
 def _locked_job(job_id: int) -> TrainingJob:
     # One press at a time per job: two quick clicks must not start two identical batches.
-    return TrainingJob.objects.select_for_update().select_related("dataset_version").get(id=job_id)
+    # Only the job row is locked: a GRPO job has no dataset version to join (an outer join).
+    return (
+        TrainingJob.objects.select_for_update(of=("self",))
+        .select_related("dataset_version")
+        .get(id=job_id)
+    )
 
 
 def evaluation_batch_create(

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from evaluation.selectors_training import job_held_out_plan
+from evaluation.services import evaluation_batch_create
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import seed_episode
 from studio.testing import run_python
@@ -184,7 +185,7 @@ def test_the_page_shows_the_newest_iterations_only():
 
 
 @pytest.mark.django_db
-def test_evaluate_holds_out_the_seeds_the_job_played(client, editor):
+def test_evaluate_holds_out_the_seeds_the_job_played(client, editor, chat_endpoint):
     job = grpo_job()
     three_iterations(job)
     TrainingJob.objects.filter(id=job.id).update(
@@ -196,6 +197,11 @@ def test_evaluate_holds_out_the_seeds_the_job_played(client, editor):
     client.force_login(editor)
     page = client.get(f"/training/{job.id}/").content.decode()
     assert "on the smallest seeds no episode of this GRPO job played" in page
+    # The batch Evaluate starts, with the job's row locked alone (it has no dataset to join).
+    batch, created = evaluation_batch_create(
+        job=job, endpoint=chat_endpoint, count=3, steps=5, enqueue=False
+    )
+    assert created and batch.seeds == [6, 7, 8] and batch.model == "grpo-1"
 
 
 def test_the_page_on_the_demos_sqlite(tmp_path):
