@@ -174,6 +174,15 @@ def test_a_grpo_job_without_iterations_says_so(client, viewer):
     assert 'id="grpo-none"' in page and "0 done of 10" in page
     assert "grpo-reward-chart" not in page
 
+    # A reward the trainer does not know, as stored: shown escaped, with why in words.
+    config = {**job.effective_config, "training.grpo": {"reward": "<img src=x>"}}
+    TrainingJob.objects.filter(id=job.id).update(effective_config=config)
+    page = client.get(f"/training/{job.id}/").content.decode()
+    assert '<code id="grpo-reward">&lt;img src=x&gt;</code>' in page
+    assert "not a reward the trainer knows: &#x27;&lt;img src=x&gt;&#x27; is not a reward" in page
+    assert "<img src=x>" not in page
+    assert '<dd id="grpo-iterations">0 done of —</dd>' in page
+
 
 @pytest.mark.django_db
 def test_the_page_shows_the_newest_iterations_only():

@@ -108,6 +108,27 @@ def test_a_config_that_is_not_grpo_still_needs_a_dataset():
     assert TrainingJob.objects.count() == 0
 
 
+def test_a_config_that_is_not_toml_gets_its_own_error_not_the_missing_dataset(tmp_path):
+    config = tmp_path / "broken.toml"
+    config.write_text(GRPO_TOML.read_text().replace('mode = "grpo"', 'mode = "grpo'))
+    outcome = submit("--config", str(config), "--provider", "trl")
+    assert outcome.code == 2
+    (line,) = error_lines(outcome)
+    assert line.startswith("submit_training: error: config (line 14): not valid TOML")
+    assert TrainingJob.objects.count() == 0
+
+
+def test_a_grpo_config_with_a_typo_names_it(tmp_path):
+    config = tmp_path / "typo.toml"
+    config.write_text(GRPO_TOML.read_text().replace("group_size = 4", "group_sise = 4"))
+    outcome = submit("--config", str(config), "--provider", "trl")
+    assert outcome.code == 2
+    assert error_lines(outcome) == [
+        "submit_training: error: [training.grpo] group_sise (line 18): unknown key; "
+        "did you mean group_size?"
+    ]
+
+
 def test_the_submission_queues_a_run_and_says_it_takes_no_dataset():
     outcome = submit("--config", str(GRPO_TOML), "--provider", "trl")
     job = TrainingJob.objects.get(id=outcome.summary["job_id"])

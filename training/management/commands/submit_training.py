@@ -80,6 +80,11 @@ class Command(StudioCommand):
                 flag = "--dataset" if options["dataset"] is not None else "--dataset-version"
                 self._refuse([f"{flag}: {GRPO_NO_DATASET}; give none"])
         elif not given:
+            # A text that is not TOML may have meant GRPO: its own errors first.
+            try:
+                config_load(text)
+            except ConfigError as exc:
+                self._refuse(exc.lines())
             self._refuse(["one of the arguments --dataset-version --dataset is required"])
         if options["dataset"] is not None:
             version_id = self._dataset_version(options["dataset"], text)
