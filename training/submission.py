@@ -11,9 +11,16 @@ from typing import Any
 
 from curation.models import Dataset, DatasetVersion
 from studio.endpoints import EndpointError
-from training.config import ConfigError, TrainingConfig, config_is_grpo, config_load
+from training.config import (
+    MAX_TOML_CHARS,
+    ConfigError,
+    TrainingConfig,
+    config_is_grpo,
+    config_load,
+)
 from training.providers import ProviderKind, provider_kinds, provider_names
 from training.services import Submission, SubmissionError, endpoint_target
+from training.toml_shape import toml_shape_problem
 
 
 def version_done(version_id: int, *, what: str = "dataset version") -> DatasetVersion:
@@ -59,7 +66,10 @@ def _resolve_reference(value: Any) -> DatasetVersion | str:
 
 def config_text_is_grpo(text: str) -> bool:
     """Whether a TOML text asks for GRPO, read before anything is checked (so that no
-    dataset is exported for a job that takes none); False for a text that is not TOML."""
+    dataset is exported for a job that takes none); False for a text that is not TOML, or
+    whose shape is out of bounds (its reading, `config_load`, says so)."""
+    if len(text) > MAX_TOML_CHARS or toml_shape_problem(text) is not None:
+        return False
     try:
         return config_is_grpo(tomllib.loads(text))
     except (tomllib.TOMLDecodeError, RecursionError, ValueError):
