@@ -1,4 +1,5 @@
-"""Reads for training jobs: lists, the job's events, its loss curve, the command summary."""
+"""Reads for training jobs: lists, the job's events, its loss curve, a GRPO job's iterations, the
+command summary."""
 
 from __future__ import annotations
 
