@@ -1,9 +1,10 @@
 """Writes for evaluation: the batches a training job's "Evaluate" starts.
 
 A fine-tuned model is played on seeds no episode of its training data played (held out,
-chosen by `selectors.held_out_plan`, the same ones every time), and its base model on the
-same seeds with the same settings, so the two can be compared seed by seed on /compare/.
-Both batches record the job (`RolloutBatch.evaluates`); their `model` says which is which.
+chosen by `selectors_training.job_held_out_plan`, the same ones every time), and its base
+model on the same seeds with the same settings, so the two can be compared seed by seed on
+/compare/. Both batches record the job (`RolloutBatch.evaluates`); their `model` says which
+is which.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import replace
 
 from django.db import transaction
 
-from evaluation import selectors
 from evaluation.baselines import evaluation_baselines
+from evaluation.selectors_training import job_held_out_plan
 from rollouts.models import RolloutBatch
 from rollouts.policies.endpoints import endpoint_settings
 from rollouts.recording import services as rollout_services
@@ -34,7 +35,12 @@ class EvaluationError(ValueError):
 
 def _locked_job(job_id: int) -> TrainingJob:
     # One press at a time per job: two quick clicks must not start two identical batches.
-    return TrainingJob.objects.select_for_update().select_related("dataset_version").get(id=job_id)
+    # Only the job row is locked: a GRPO job has no dataset version to join (an outer join).
+    return (
+        TrainingJob.objects.select_for_update(of=("self",))
+        .select_related("dataset_version")
+        .get(id=job_id)
+    )
 
 
 def evaluation_batch_create(
@@ -63,9 +69,7 @@ def evaluation_batch_create(
             endpoint_check_model(endpoint=endpoint, model=job.fine_tuned_model)
         except EndpointError as exc:
             raise EvaluationError(str(exc)) from exc
-        plan = selectors.held_out_plan(
-            version=job.dataset_version, count=count, base_model=job.model
-        )
+        plan = job_held_out_plan(job=job, count=count)
         existing = (
             RolloutBatch.objects.filter(
                 evaluates=job,

@@ -32,6 +32,7 @@ class EpisodeAdmin(admin.ModelAdmin):
         "status",
         "steps",
         "total_reward",
+        "rl_reward",  # a reinforcement-learning run's chosen reward; empty for any other
         "achievement_count",
         "attempts",
     ]
@@ -49,7 +50,16 @@ class FrameAdmin(admin.ModelAdmin):
 
 @admin.register(Turn)
 class TurnAdmin(admin.ModelAdmin):
-    list_display = ["id", "episode", "index", "actions", "reward", "flagged", "error_kind"]
+    list_display = [
+        "id",
+        "episode",
+        "index",
+        "actions",
+        "reward",
+        "advantage",  # a reinforcement-learning run's; empty for any other turn
+        "flagged",
+        "error_kind",
+    ]
     list_filter = ["flagged", "error_kind", "text_fallback"]
     search_fields = ["note", "model_text"]
     raw_id_fields = ["episode", "frame", "reviewed_by"]

@@ -53,7 +53,9 @@ from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
 from studio.models import LoginFailure
 from studio.testing import ROOT, run_python
-from training.models import LocalRun, TrainingEvent, TrainingJob
+from training import services as training_services
+from training.models import GrpoIteration, LocalRun, TrainingEvent, TrainingJob
+from training.submission import submission_build
 from training.tests.test_evaluate import BASE, FINE_TUNED, _job
 
 pytestmark = pytest.mark.django_db
@@ -64,6 +66,7 @@ ON_SQLITE_TOO = (
     "training/tests/test_loss_chart.py",
 )
 PASSWORD = "crawl-pass-123"
+GRPO_TOML = ROOT / "training" / "configs" / "crafter_vlm_grpo.toml"
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Studio:
     version: DatasetVersion
     upload: DatasetImport
     job: TrainingJob
+    grpo_job: TrainingJob
     tuned: RolloutBatch
     base: RolloutBatch
     probe_set: ProbeSet
@@ -168,6 +172,7 @@ def studio(db, chat_server, chat_endpoint) -> Studio:
     )
     # A train worker's run, as a `trl` job has (its card on the job page, its admin pages).
     LocalRun.objects.create(job=job, status=LocalRun.Status.DONE, step=30, total_steps=30)
+    grpo_job = _grpo_job(fork)
     tuned = evaluation_batch(job=job, model=FINE_TUNED, ended=6)
     base = evaluation_batch(job=job, model=BASE, ended=6)
 
@@ -199,6 +204,7 @@ def studio(db, chat_server, chat_endpoint) -> Studio:
         version=version,
         upload=upload,
         job=job,
+        grpo_job=grpo_job,
         tuned=tuned,
         base=base,
         probe_set=probe_set,
@@ -207,6 +213,34 @@ def studio(db, chat_server, chat_endpoint) -> Studio:
         superuser=superuser,
         viewer=viewer,
     )
+
+
+def _grpo_job(fork: Episode) -> TrainingJob:
+    """A GRPO job (no dataset) with one iteration: the fork's batch stands for the episodes
+    it played (renamed as the train worker names them, an RL reward and advantages given)."""
+    submission = submission_build(config_text=GRPO_TOML.read_text(), provider="trl")
+    job = training_services.training_job_create(submission=submission, enqueue=False)
+    RolloutBatch.objects.filter(id=fork.batch_id).update(name=f"GRPO job {job.id}, iteration 1")
+    Episode.objects.filter(id=fork.id).update(rl_reward=2.0)
+    Turn.objects.filter(episode_id=fork.id).update(advantage=0.5)
+    GrpoIteration.objects.create(
+        job=job,
+        number=1,
+        batch_id=fork.batch_id,
+        status=GrpoIteration.Status.COMPLETE,
+        seeds=[fork.seed],
+        group_size=2,
+        reward="crafter",
+        episodes=1,
+        reward_mean=2.0,
+        reward_low=1.0,
+        reward_high=3.0,
+        score=4.5,
+        success_rates={"collect_wood": 100.0},
+        loss=0.25,
+        kl=0.01,
+    )
+    return job
 
 
 def page_arguments(studio: Studio) -> tuple[dict[str, list], dict[str, dict[str, list]]]:
@@ -229,7 +263,7 @@ def page_arguments(studio: Studio) -> tuple[dict[str, list], dict[str, dict[str,
         "import_id": [s.upload.id],
         "dataset_id": [s.dataset.id],
         "version_id": [s.version.id],
-        "job_id": [s.job.id],
+        "job_id": [s.job.id, s.grpo_job.id],
         "seed": [1, 0],
         "set_id": [s.probe_set.id],
         "run_id": [s.image_run.id, s.text_run.id],

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from training.models import LocalRun, TrainingEvent, TrainingJob
+from training.models import GrpoIteration, LocalRun, TrainingEvent, TrainingJob
 
 
 class TrainingEventInline(admin.TabularInline):
@@ -73,6 +73,34 @@ class LocalRunAdmin(admin.ModelAdmin):
     list_filter = ["status"]
     search_fields = ["fine_tuned_model", "model_sha256"]
     raw_id_fields = ["job", "created_by"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(GrpoIteration)
+class GrpoIterationAdmin(admin.ModelAdmin):
+    """One iteration of a GRPO job: shown, never edited (the train worker writes it)."""
+
+    list_display = [
+        "id",
+        "job",
+        "number",
+        "status",
+        "batch",
+        "episodes",
+        "reward_mean",
+        "score",
+        "loss",
+        "kl",
+        "created_at",
+    ]
+    list_filter = ["status"]
+    search_fields = ["reward"]
+    raw_id_fields = ["job", "batch"]
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]

@@ -102,6 +102,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
 }
 REQUIRED_SECTIONS = ("job", "hyperparameters")
+# What a GRPO run ([training] mode = "grpo") does not need: it trains on the episodes it plays,
+# for `[training.grpo] iterations`, so there are no epochs over a dataset to count.
+GRPO_MODE = "grpo"
+_NOT_REQUIRED_FOR_GRPO = {("hyperparameters", ""), ("hyperparameters", "n_epochs")}
 # What a provider accepts beyond the shared keys, by section (a ProviderKind's config_keys).
 ConfigKeys = Mapping[str, Mapping[str, Key]]
 
@@ -382,18 +386,7 @@ def config_load(
     config = TrainingConfig(sections={}, lines=_key_lines(text))
     issues: list[ConfigIssue] = []
     _walk(raw, "", config, issues)
-    for section in REQUIRED_SECTIONS:
-        if section not in raw:
-            issues.append(ConfigIssue(section, "", None, "missing section"))
-    for section, keys in SCHEMA.items():
-        present = _lookup(raw, section)
-        if present is None:
-            continue
-        for key, spec in keys.items():
-            if spec.required and key not in present:
-                issues.append(
-                    ConfigIssue(section, key, config.line_of(section), "missing required key")
-                )
+    issues += _missing(raw, config)
     if resolve_dataset is not None and not issues:
         for section, key in (("job", "data"), ("data", "validation_path")):
             value = config.get(section, key)
@@ -406,6 +399,32 @@ def config_load(
         issues.sort(key=lambda i: (i.line if i.line is not None else 10**9, i.section, i.key))
         raise ConfigError(issues)
     return config
+
+
+def config_is_grpo(sections: Mapping[str, Any]) -> bool:
+    """Whether a config (its parsed sections, or tomllib's raw table) asks for GRPO."""
+    training = sections.get("training")
+    return isinstance(training, dict) and training.get("mode") == GRPO_MODE
+
+
+def _missing(raw: dict[str, Any], config: TrainingConfig) -> list[ConfigIssue]:
+    """The required sections and keys that are absent (a GRPO run needs no epochs)."""
+    exempt = _NOT_REQUIRED_FOR_GRPO if config_is_grpo(raw) else set()
+    issues = [
+        ConfigIssue(section, "", None, "missing section")
+        for section in REQUIRED_SECTIONS
+        if section not in raw and (section, "") not in exempt
+    ]
+    for section, keys in SCHEMA.items():
+        present = _lookup(raw, section)
+        if present is None:
+            continue
+        for key, spec in keys.items():
+            if spec.required and key not in present and (section, key) not in exempt:
+                issues.append(
+                    ConfigIssue(section, key, config.line_of(section), "missing required key")
+                )
+    return issues
 
 
 def _lookup(raw: dict[str, Any], dotted: str) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from studio.models import Endpoint
 from training.config import ConfigError, config_load, reference_text
 from training.providers import provider_kind, provider_kinds, provider_names
 from training.services import Submission, SubmissionError
-from training.submission import submission_build
+from training.submission import GRPO_NO_DATASET, config_text_is_grpo, submission_build
 
 _LINE = re.compile(r"\(line (\d+)\)")
 
@@ -54,7 +54,14 @@ def _provider_choices() -> list[tuple[str, str]]:
 
 
 class TrainingJobForm(forms.Form):
-    dataset_version = VersionChoiceField(queryset=_done_versions(), label="Dataset version")
+    # Required unless the config is GRPO's ([training] mode = "grpo"): checked in `clean`.
+    dataset_version = VersionChoiceField(
+        queryset=_done_versions(),
+        required=False,
+        label="Dataset version",
+        help_text='None for a GRPO config ([training] mode = "grpo"): it trains on the '
+        "episodes it plays.",
+    )
     validation_version = VersionChoiceField(
         queryset=_done_versions(), required=False, label="Validation version (optional)"
     )
@@ -116,7 +123,8 @@ class TrainingJobForm(forms.Form):
         if first is not None:
             self.initial.setdefault("endpoint", first)
         versions = list(self.fields["dataset_version"].queryset.values_list("id", flat=True)[:2])
-        if len(versions) == 1:
+        grpo = config_text_is_grpo(str(self.initial.get("config", "")))
+        if len(versions) == 1 and not grpo:
             self.initial.setdefault("dataset_version", versions[0])
 
     def clean(self) -> dict[str, Any]:
@@ -133,6 +141,7 @@ class TrainingJobForm(forms.Form):
         if "config" not in data:
             return data
         version, validation = data.get("dataset_version"), data.get("validation_version")
+        self._dataset_checks(config_text_is_grpo(data["config"]), version, validation)
         # A local run fine-tunes an open model, never the hosted one that played the turns.
         recorded = self._recorded_model(version) if version and remote else ""
         model = data.get("model") or recorded
@@ -156,6 +165,21 @@ class TrainingJobForm(forms.Form):
         except SubmissionError as exc:
             self._config_refused(exc.lines)
         return data
+
+    def _dataset_checks(self, grpo: bool, version, validation) -> None:
+        """A dataset version for every job but a GRPO one, which takes none."""
+        if not grpo:
+            if version is None and "dataset_version" not in self.errors:
+                self.add_error(
+                    "dataset_version",
+                    'This field is required (only a GRPO config, [training] mode = "grpo", '
+                    "takes none).",
+                )
+            return
+        if version is not None:
+            self.add_error("dataset_version", f"{GRPO_NO_DATASET}: choose none")
+        if validation is not None:
+            self.add_error("validation_version", f"{GRPO_NO_DATASET}: choose none")
 
     def _recorded_model(self, version: DatasetVersion) -> str:
         """The model whose games the version holds, to fine-tune when Model is left empty:

@@ -1,15 +1,28 @@
-"""Reads for training jobs: lists, the job's events, its loss curve, the command summary."""
+"""Reads for training jobs: lists, the job's events, its loss curve, a GRPO job's iterations, the
+command summary."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet
 
+from training.charts import (
+    RewardChart,
+    RewardPoint,
+    UpdateChart,
+    reward_chart,
+    update_chart,
+    x_axis,
+    y_axis,
+)
+from training.config import config_is_grpo
 from training.jobs import SUBMISSION
-from training.models import LocalRun, TrainingEvent, TrainingJob
+from training.models import GrpoIteration, LocalRun, TrainingEvent, TrainingJob
+from training.open_models.rewards import DEFAULT_REWARD, parse_reward
 from training.providers import provider_kind, provider_names
 from training.upload_files import ValidationSource, validation_source
 
@@ -54,7 +67,10 @@ def job_events(
 
 
 def job_validation_source(*, job: TrainingJob) -> ValidationSource | None:
-    """Where the job's validation rows come from, as its submission chose them."""
+    """Where the job's validation rows come from, as its submission chose them (none for a
+    GRPO job: it has no dataset)."""
+    if job.dataset_version is None:
+        return None
     source = validation_source(
         version=job.dataset_version, validation_version=job.validation_version
     )
@@ -277,13 +293,7 @@ def job_loss_chart(*, job: TrainingJob, width: int = 640, height: int = 220) -> 
     hi_s = max(b.stop - 1 for b in buckets)
     lo_y = min(b.low for b in buckets)
     hi_y = max(b.high for b in buckets)
-    pad = 24
-
-    def x(step: float) -> float:
-        return pad + (width - 2 * pad) * ((step - lo_s) / (hi_s - lo_s) if hi_s > lo_s else 0.5)
-
-    def y(value: float) -> float:
-        return pad + (height - 2 * pad) * ((hi_y - value) / (hi_y - lo_y) if hi_y > lo_y else 0.5)
+    x, y = x_axis(lo_s, hi_s, width).at, y_axis(lo_y, hi_y, height).at
 
     def points(part: list[LossBucket]) -> list[str]:
         drawn: list[str] = []
@@ -313,4 +323,102 @@ def job_loss_chart(*, job: TrainingJob, width: int = 640, height: int = 220) -> 
         validation_count=series.validation_count,
         train_drawn=len(train),
         validation_drawn=len(validation),
+    )
+
+
+# -- a GRPO job ([training] mode = "grpo") -----------------------------------------------------
+
+# The iterations a GRPO job's page shows and draws: the newest, however long the run.
+GRPO_ITERATIONS_SHOWN = 500
+# An iteration's achievements shown beside it: its most often unlocked.
+GRPO_TOP_RATES = 3
+
+
+@dataclass(frozen=True)
+class GrpoRow:
+    """One iteration as the job page shows it; `top_rates`: (achievement, percent)."""
+
+    iteration: GrpoIteration
+    top_rates: list[tuple[str, float]]
+
+
+@dataclass(frozen=True)
+class GrpoShown:
+    """What the job page says of a GRPO job: its settings, its iterations and their charts."""
+
+    reward: str  # as the TOML wrote it
+    reward_words: str
+    group_size: Any
+    seeds_per_iteration: Any
+    steps_per_episode: Any
+    iterations_total: Any
+    iterations_done: int
+    rows: list[GrpoRow]
+    earlier: int  # iterations before the shown ones
+    reward_chart: RewardChart
+    update_chart: UpdateChart
+
+
+def reward_words(text: str) -> str:
+    """A `[training.grpo] reward` in words (rewards.py's kinds), or why it is not one."""
+    try:
+        spec = parse_reward(text)
+    except ValueError as exc:
+        return f"not a reward the trainer knows: {exc}"
+    names = ", ".join(spec.names)
+    return {
+        "crafter": "Crafter's own reward summed over the episode: +1 for each achievement's "
+        "first unlock, plus or minus 0.1 for each point of health gained or lost.",
+        "score": "The episode's Crafter score alone (each achievement unlocked or not), in "
+        "percent.",
+        "achievements": f"How many of these achievements the episode unlocked: {names}.",
+        "action": f"The share of the episode's executed actions that were {names}.",
+    }[spec.kind]
+
+
+def _top_rates(rates: Any) -> list[tuple[str, float]]:
+    """The highest success rates of an iteration, its JSON cleaned: names as text cut short,
+    finite numbers only (the row is written by a worker, from a game)."""
+    if not isinstance(rates, dict):
+        return []
+    clean = [
+        (str(name)[:60], float(value))
+        for name, value in rates.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ]
+    clean.sort(key=lambda item: (-item[1], item[0]))
+    return [item for item in clean[:GRPO_TOP_RATES] if item[1] > 0]
+
+
+def job_grpo(*, job: TrainingJob, limit: int = GRPO_ITERATIONS_SHOWN) -> GrpoShown | None:
+    """None for a job that is not GRPO's; else its settings and its newest `limit` iterations
+    (each with its batch's id), oldest first."""
+    config = job.effective_config if isinstance(job.effective_config, dict) else {}
+    if not config_is_grpo(config):
+        return None
+    grpo = config.get("training.grpo")
+    grpo = grpo if isinstance(grpo, dict) else {}
+    iterations = job.grpo_iterations.order_by("-number")
+    newest = list(iterations[:limit])
+    newest.reverse()
+    total = iterations.count() if len(newest) == limit else len(newest)
+    reward = str(grpo.get("reward", DEFAULT_REWARD))
+    return GrpoShown(
+        reward=reward,
+        reward_words=reward_words(reward),
+        group_size=grpo.get("group_size"),
+        seeds_per_iteration=grpo.get("seeds_per_iteration"),
+        steps_per_episode=grpo.get("steps_per_episode"),
+        iterations_total=grpo.get("iterations"),
+        iterations_done=job.grpo_iterations.filter(status=GrpoIteration.Status.COMPLETE).count(),
+        rows=[GrpoRow(it, _top_rates(it.success_rates)) for it in newest],
+        earlier=total - len(newest),
+        reward_chart=reward_chart(
+            [
+                RewardPoint(it.number, it.reward_mean, it.reward_low, it.reward_high)
+                for it in newest
+                if it.reward_mean is not None
+            ]
+        ),
+        update_chart=update_chart([(it.number, it.loss, it.kl) for it in newest]),
     )

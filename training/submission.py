@@ -1,19 +1,26 @@
 """Building a checked `Submission` from what the CLI or the form gives: one path for both.
 
-Nothing is written here (except, for `--dataset` with no finished version, the export that
-the issue asks for): a bad version, a config error or an unknown endpoint is a
+Nothing is written here: a bad version, a config error or an unknown endpoint is a
 SubmissionError with one line per problem, each config error naming its key and line.
 """
 
 from __future__ import annotations
 
+import tomllib
 from typing import Any
 
 from curation.models import Dataset, DatasetVersion
 from studio.endpoints import EndpointError
-from training.config import ConfigError, TrainingConfig, config_load
+from training.config import (
+    MAX_TOML_CHARS,
+    ConfigError,
+    TrainingConfig,
+    config_is_grpo,
+    config_load,
+)
 from training.providers import ProviderKind, provider_kinds, provider_names
 from training.services import Submission, SubmissionError, endpoint_target
+from training.toml_shape import toml_shape_problem
 
 
 def version_done(version_id: int, *, what: str = "dataset version") -> DatasetVersion:
@@ -55,6 +62,53 @@ def _resolve_reference(value: Any) -> DatasetVersion | str:
     if version is None:
         return f"dataset {text!r} has no finished version"
     return version
+
+
+def config_text_is_grpo(text: str) -> bool:
+    """Whether a TOML text asks for GRPO, read before anything is checked (so that no
+    dataset is exported for a job that takes none); False for a text that is not TOML, or
+    whose shape is out of bounds (its reading, `config_load`, says so)."""
+    if len(text) > MAX_TOML_CHARS or toml_shape_problem(text) is not None:
+        return False
+    try:
+        return config_is_grpo(tomllib.loads(text))
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
+        return False
+
+
+# What a GRPO config is told when it is given a dataset: one line.
+GRPO_NO_DATASET = "a GRPO job trains on the episodes it plays, not on a dataset version"
+
+
+def _grpo_checks(
+    kind: ProviderKind, config: TrainingConfig, *, version_id: int | None, validation_id: int | None
+) -> None:
+    """A GRPO config ([training] mode = "grpo"): played on our own train workers, so only a
+    provider that trains on them runs it; and it takes no dataset, validation or not."""
+    mode_line = config.line_of("training", "mode")
+    where = f"[training] mode{f' (line {mode_line})' if mode_line else ''}"
+    if kind.needs_url:
+        local = ", ".join(k.name for k in provider_kinds() if not k.needs_url) or "none"
+        raise SubmissionError(
+            [
+                f'{where}: "grpo" plays Crafter on the studio\'s own train workers; the '
+                f"{kind.name} provider cannot run it (providers that can: {local})"
+            ]
+        )
+    lines = []
+    if version_id is not None:
+        lines.append(f"dataset version: {GRPO_NO_DATASET}; give none")
+    if validation_id is not None:
+        lines.append(f"validation version: {GRPO_NO_DATASET}; give none")
+    for section, key in (("job", "data"), ("data", "validation_path")):
+        if config.get(section, key) is not None:
+            line = config.line_of(section, key)
+            lines.append(
+                f"[{section}] {key}{f' (line {line})' if line else ''}: {GRPO_NO_DATASET}; "
+                "remove it"
+            )
+    if lines:
+        raise SubmissionError(lines)
 
 
 def _kind_checks(kind: ProviderKind, config: TrainingConfig, versions: list) -> None:
@@ -108,6 +162,14 @@ def submission_build(
     if kind is None:
         names = ", ".join(provider_names())
         raise SubmissionError([f"provider: {provider!r} is not one of {names}"])
+    if config_text_is_grpo(config_text):
+        try:
+            config = config_load(config_text)
+        except ConfigError as exc:
+            raise SubmissionError(exc.lines()) from None
+        _grpo_checks(kind, config, version_id=version_id, validation_id=validation_version_id)
+        _kind_checks(kind, config, [])
+        return _submission(kind, config, config_text, base_url, endpoint_name, model)
     version = version_done(version_id) if version_id is not None else None
     validation = (
         version_done(validation_version_id, what="validation version")
@@ -143,6 +205,22 @@ def submission_build(
         raise SubmissionError(["validation version: the same version as the training data"])
 
     _kind_checks(kind, config, [version, validation])
+    return _submission(
+        kind, config, config_text, base_url, endpoint_name, model, version, validation
+    )
+
+
+def _submission(
+    kind: ProviderKind,
+    config: TrainingConfig,
+    config_text: str,
+    base_url: str,
+    endpoint_name: str,
+    model: str,
+    version: DatasetVersion | None = None,
+    validation: DatasetVersion | None = None,
+) -> Submission:
+    """The checked submission: where it goes (no URL for our own workers) and with what."""
     if not kind.needs_url:
         # Trained on our own workers: no URL, no key, no endpoint.
         base_url, api_key_env, endpoint_name = kind.default_url(), "", ""
@@ -153,7 +231,7 @@ def submission_build(
         validation_version=validation,
         config=config,
         config_text=config_text,
-        provider=provider,
+        provider=kind.name,
         base_url=base_url.rstrip("/"),
         api_key_env=api_key_env,
         endpoint_name=endpoint_name,

@@ -71,6 +71,7 @@ def job_detail_context(request: HttpRequest, job: TrainingJob, **extra) -> dict:
         "chart": selectors.job_loss_chart(job=job),
         "validation": selectors.job_validation_source(job=job),
         "local_run": selectors.job_local_run(job=job),
+        "grpo": selectors.job_grpo(job=job),
         "can_submit": request.user.has_perm(SUBMIT_PERMISSION),
         "poll_seconds": POLL_SECONDS,
         "evaluable": job.status == TrainingJob.Status.SUCCEEDED and bool(job.fine_tuned_model),

@@ -7,8 +7,7 @@ from django import template
 
 from evaluation.baselines import EvaluationRow, batch_evaluation, is_playing
 from evaluation.forms import EvaluateForm
-from evaluation.selectors import held_out_plan
-from evaluation.selectors_training import job_evaluations
+from evaluation.selectors_training import job_evaluations, job_held_out_plan
 from rollouts.rollout_settings import seeds_spec
 
 register = template.Library()
@@ -64,11 +63,7 @@ def job_evaluation(context, job) -> dict:
     if section["evaluable"] and section["can_evaluate"]:
         form = form or EvaluateForm()
         count = form.cleaned_data["count"] if form.is_bound and form.is_valid() else None
-        plan = held_out_plan(
-            version=job.dataset_version,
-            count=count or form.fields["count"].initial,
-            base_model=job.model,
-        )
+        plan = job_held_out_plan(job=job, count=count or form.fields["count"].initial)
         section.update(
             evaluate_form=form,
             held_out_seeds=seeds_spec(plan.seeds),

@@ -163,6 +163,7 @@ def turn_list_page_rows(*, turns: QuerySet[Turn], sort: str = "") -> QuerySet[Tu
             "model_text",
             "actions",
             "reward",
+            "advantage",  # a reinforcement-learning run's, shown beside the reward
             "achievements_unlocked",
             "error",
             "error_kind",

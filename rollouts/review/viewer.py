@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Max, Min
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
@@ -222,6 +223,7 @@ _VIEWER_FIELDS = (
     "tool_calls",
     "actions",
     "reward",
+    "advantage",
     "achievements_unlocked",
     "error",
     "error_kind",
@@ -266,6 +268,8 @@ def episode_turn(*, episode_id: int, index: int, whole: bool = False) -> dict[st
         "calls": [tool_call_shown(call) for call in row["tool_calls"] or []],
         "actions": row["actions"],
         "reward": row["reward"],
+        # A reinforcement-learning run's advantage for the turn (null for any other turn).
+        "advantage": row["advantage"],
         "unlocked": row["achievements_unlocked"],
         "error": row["error"],
         "error_kind": row["error_kind"],
@@ -285,6 +289,20 @@ def episode_turn(*, episode_id: int, index: int, whole: bool = False) -> dict[st
     else:
         clip_for_page(turn)
     return turn
+
+
+def episode_advantages(*, episode: Episode) -> tuple[float, float] | None:
+    """The lowest and highest advantage a reinforcement-learning run gave the episode's turns
+    (GRPO gives each turn its episode's: both the same), or None. Read only for an episode
+    with an RL reward: any other has none, and its turns are not read for it."""
+    if episode.rl_reward is None:
+        return None
+    found = Turn.objects.filter(episode_id=episode.id, advantage__isnull=False).aggregate(
+        low=Min("advantage"), high=Max("advantage")
+    )
+    if found["low"] is None:
+        return None
+    return found["low"], found["high"]
 
 
 def _seen_frames(episode_id: int, row: dict[str, Any]) -> list[dict[str, Any]]:

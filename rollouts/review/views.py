@@ -111,6 +111,7 @@ def episode_detail(request: HttpRequest, episode_id: int) -> HttpResponse:
             "viewer_config": config,
             "can_review": can_review,
             "unlocked": index.unlocked,
+            "advantages": viewer.episode_advantages(episode=episode),
             "forks": forks,
             "fork_form": ForkForm(initial={"turn": start}),
             "key_map": KEY_MAP,

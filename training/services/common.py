@@ -32,9 +32,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Submission:
-    """Everything a job is created from, checked: what the CLI and the form both build."""
+    """Everything a job is created from, checked: what the CLI and the form both build.
+    `version` is None for a GRPO job: it trains on the episodes it plays."""
 
-    version: DatasetVersion
+    version: DatasetVersion | None
     validation_version: DatasetVersion | None
     config: TrainingConfig
     config_text: str
@@ -48,7 +49,7 @@ class Submission:
         return JobSpec(
             config=self.config,
             model=self.model,
-            training_file_id=training_file_id or "{training_file_id}",
+            training_file_id=training_file_id or ("{training_file_id}" if self.version else ""),
             validation_file_id=validation_file_id
             or ("{validation_file_id}" if self.validation_version else ""),
             metadata=job_metadata(job_id="{job_id}", idempotency_key="{idempotency_key}"),

@@ -67,6 +67,9 @@ def training_job_plan(*, submission: Submission, build_files: bool) -> list[Plan
     sha256 shown are those that would be uploaded (DataRefused when the data is refused).
     """
     provider = provider_for(name=submission.provider, base_url=submission.base_url, api_key="")
+    if submission.version is None:
+        # A GRPO job: nothing to upload or export, it plays its own episodes.
+        return provider.plan(spec=submission.spec(), training=None, validation=None)
     source = validation_source(
         version=submission.version, validation_version=submission.validation_version
     )

@@ -140,6 +140,10 @@ def _note_export(job: TrainingJob, claim: Claim) -> None:
     version = job.dataset_version
     if job.training_file_sha256:
         return
+    if version is None:
+        if not job.events.filter(type="studio.dataset").exists():
+            _note(job, "dataset", "No dataset: a GRPO job trains on the episodes it plays")
+        return
     claim.renew(
         training_file_sha256=version.hf_sha256,
         training_file_bytes=version.hf_bytes,

@@ -1,4 +1,5 @@
-"""`python manage.py submit_training`: a dataset version to a fine-tuning provider.
+"""`python manage.py submit_training`: a dataset version to a fine-tuning provider, or a
+GRPO config (`[training] mode = "grpo"`), which takes no dataset, to the trl provider.
 
 See docs/training.md.
 """
@@ -21,19 +22,27 @@ from training import selectors, services
 from training.config import ConfigError, config_load
 from training.models import TrainingJob
 from training.providers import ProviderError, provider_names
-from training.submission import dataset_newest_version, submission_build
+from training.submission import (
+    GRPO_NO_DATASET,
+    config_text_is_grpo,
+    dataset_newest_version,
+    submission_build,
+)
 from training.upload_files import DataRefused
 
 
 class Command(StudioCommand):
     help = (
         "Validate a training config and a dataset version, upload the version in the "
-        "provider's format, create and start the job. The last line is a JSON summary. "
+        "provider's format, create and start the job; a GRPO config ([training] mode = "
+        '"grpo", trl provider) takes no dataset: it trains on the episodes it plays. '
+        "The last line is a JSON summary. "
         "Exit 2 on bad input (one line per problem); with --wait, 1 unless it succeeded."
     )
 
     def add_arguments(self, parser) -> None:
-        source = parser.add_mutually_exclusive_group(required=True)
+        # One of them, unless the config is GRPO's (checked in `handle`, once it is read).
+        source = parser.add_mutually_exclusive_group()
         source.add_argument("--dataset-version", type=int, metavar="N")
         source.add_argument(
             "--dataset",
@@ -65,6 +74,18 @@ class Command(StudioCommand):
         except (OSError, UnicodeDecodeError) as exc:
             self._refuse([f"config: cannot read {str(path)!r} ({exc.__class__.__name__})"])
         version_id = options["dataset_version"]
+        given = version_id is not None or options["dataset"] is not None
+        if config_text_is_grpo(text):
+            if given:
+                flag = "--dataset" if options["dataset"] is not None else "--dataset-version"
+                self._refuse([f"{flag}: {GRPO_NO_DATASET}; give none"])
+        elif not given:
+            # A text that is not TOML may have meant GRPO: its own errors first.
+            try:
+                config_load(text)
+            except ConfigError as exc:
+                self._refuse(exc.lines())
+            self._refuse(["one of the arguments --dataset-version --dataset is required"])
         if options["dataset"] is not None:
             version_id = self._dataset_version(options["dataset"], text)
         try:
