@@ -388,3 +388,20 @@ def test_a_fork_from_the_viewer_opens_at_its_turn_once_recorded_without_a_reload
     assert page.url == at_fork
     expect(page.locator("#forked-from")).to_have_text(f"episode {episode.id} at turn 5")
     _fits(page, width)
+
+
+def test_a_turn_shows_its_advantage_only_when_a_run_gave_it_one(studio_page: Page, live_server):
+    page = studio_page
+    _user("rl-reviewer", editor=False)
+    episode = _played_episode(steps=3, seed=4)
+    Turn.objects.filter(episode=episode, index=1).update(advantage=-0.70710678)
+    path = f"/episodes/{episode.id}/"
+    _log_in(page, live_server.url, path, "rl-reviewer")
+    chip = page.locator('#turn-panel [data-field="advantage"]')
+    expect(page.locator('#turn-panel [data-field="model_text"]')).not_to_have_text("loading…")
+    expect(chip).to_be_hidden()
+    page.keyboard.press("ArrowRight")
+    expect(chip).to_be_visible()
+    expect(chip).to_have_text("advantage -0.707")
+    page.keyboard.press("ArrowRight")
+    expect(chip).to_be_hidden()

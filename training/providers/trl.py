@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from training.config import config_is_grpo
 from training.local_runs import (
     local_run_cancel,
     local_run_create,
@@ -51,9 +52,14 @@ class TrlProvider:
     def plan(
         self, *, spec: JobSpec, training: UploadFile | None, validation: UploadFile | None
     ) -> list[PlannedRequest]:
+        grpo = config_is_grpo(spec.config.sections)
         body = {
             "base_model": spec.model,
-            "training": "the dataset version's Hugging Face export",
+            "training": (
+                "the episodes it plays (GRPO)"
+                if grpo
+                else "the dataset version's Hugging Face export"
+            ),
             "validation": "validation rows" if spec.validation_file_id else "none",
             "config": {name: dict(values) for name, values in spec.config.sections.items()},
         }

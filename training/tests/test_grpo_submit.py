@@ -54,6 +54,7 @@ def test_its_dry_run_plans_a_run_on_the_train_queue_and_creates_nothing():
     (request,) = outcome.summary["requests"]
     assert (request["method"], request["url"]) == ("QUEUE", "queue:train")
     assert request["body"]["config"]["training"] == {"mode": "grpo"}
+    assert request["body"]["training"] == "the episodes it plays (GRPO)"
     assert request["body"]["config"]["training.grpo"]["reward"] == "crafter"
     assert TrainingJob.objects.count() == 0
 

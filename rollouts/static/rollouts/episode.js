@@ -311,6 +311,7 @@
     panel.setAttribute("aria-busy", "true");
     for (const name of ["error", "error_kind", "tool_calls", "reasoning", "observation", "meta", "relabel_meta", "relabel_reason"]) setText(name, "");
     setText("model_text", "loading…");
+    field("advantage").hidden = true;
     field("model_text").classList.add("muted");
     for (const name of ["actions", "unlocked", "vitals", "relabel", "seen"]) field(name).replaceChildren();
     for (const name of ["unlocked", "error", "tool_calls", "reasoning", "relabel"]) section(name, false);
@@ -329,6 +330,10 @@
     section("unlocked", turn.unlocked.length > 0);
     setText("error", turn.error);
     setText("error_kind", turn.error_kind);
+    // A reinforcement-learning run's advantage: only its turns have one.
+    const advantage = field("advantage");
+    advantage.hidden = turn.advantage == null;
+    setText("advantage", turn.advantage == null ? "" : "advantage " + Number(turn.advantage).toFixed(3));
     section("error", Boolean(turn.error));
     if (turn.model_text == null) {
       setText("model_text", "(no text)");
