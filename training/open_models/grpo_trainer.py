@@ -21,6 +21,7 @@ dataset columns fixed before the rollout, while Crafter's frames appear during i
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,10 @@ def grpo_trainer_class() -> type:
         def __init__(self, run: Any, **kwargs: Any) -> None:
             self.crafter_run = run
             self.crafter_rows: list[dict[str, Any]] = []
-            super().__init__(reward_funcs=[episode_reward], rollout_func=_rollout, **kwargs)
+            with warnings.catch_warnings():
+                # Its warning that rollout_func is experimental, once per run: known here.
+                warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
+                super().__init__(reward_funcs=[episode_reward], rollout_func=_rollout, **kwargs)
             self._image_token_id = self.processing_class.tokenizer.convert_tokens_to_ids(
                 "<|image_pad|>"
             )
