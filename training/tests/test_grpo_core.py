@@ -252,3 +252,36 @@ def test_sanity_grpo_learns_to_choose_the_rewarded_action(chooser, tmp_path):
         answer in {f"<tool_call>{tool_call_text(a)}</tool_call>" for a in ACTIONS}
         for answer in answers
     )
+
+
+def test_every_frame_of_an_episode_reaches_the_forward_pass(chooser, tmp_path, monkeypatch):
+    import torch
+
+    import training.open_models.grpo as grpo_module
+
+    seen = []
+    built = grpo_module.grpo_trainer_class
+
+    def watched():
+        class Watched(built()):
+            def _generate_and_score_completions(self, inputs):
+                output = super()._generate_and_score_completions(inputs)
+                seen.append(output)
+                return output
+
+        return Watched
+
+    monkeypatch.setattr(grpo_module, "grpo_trainer_class", watched)
+    sections = config(steps_per_episode=3, iterations=1, seeds_per_iteration=1)
+    run = grpo_run(chooser, tmp_path, sections, steps=3)
+    assert run.result.status == "succeeded"
+    [output] = seen
+    # Two episodes of three turns: three frames each, 4 image tokens a frame (a 64 x 64
+    # frame becomes 56 x 56: 4 x 4 patches of 14 pixels, merged 2 x 2).
+    assert output["num_images"] == [3, 3]
+    assert output["image_grid_thw"].tolist() == [[1, 4, 4]] * 6
+    assert output["pixel_values"].shape[0] == 6 * 16
+    tokens = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+    pad = output["mm_token_type_ids"]
+    assert pad.shape == tokens.shape
+    assert pad.sum(dim=1).tolist() == [12, 12]
