@@ -285,3 +285,16 @@ def test_every_frame_of_an_episode_reaches_the_forward_pass(chooser, tmp_path, m
     pad = output["mm_token_type_ids"]
     assert pad.shape == tokens.shape
     assert pad.sum(dim=1).tolist() == [12, 12]
+
+
+def test_a_lora_run_with_a_kl_term_saves_the_merged_model_and_its_adapter(chooser, tmp_path):
+    sections = config(steps_per_episode=2, iterations=1, kl_coef=0.04)
+    sections["hyperparameters"].update(train_kind="lora", learning_rate=0.01)
+    run = grpo_run(chooser, tmp_path, sections, steps=2)
+    assert run.result.status == "succeeded" and run.result.steps == 1
+    [(step, _, kl)] = run.sink.logged
+    assert step == 1 and kl is not None and math.isfinite(kl)
+    model_dir = run.result.model_dir
+    assert (model_dir / "adapter" / "adapter_model.safetensors").is_file()
+    assert weights(model_dir).keys() == weights(chooser).keys()  # merged: no LoRA keys left
+    assert "(merged into these weights" in (model_dir / "README.md").read_text()
