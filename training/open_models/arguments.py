@@ -7,6 +7,8 @@ is refused with one line naming it; nothing is silently ignored. Pure: no torch 
   no nodes, no FSDP, no more than one GPU; DeepSpeed only when the package is installed).
 - `runtime_refusals` asks the worker (CUDA, bitsandbytes, its GPUs) and imports torch.
 - `sft_arguments` is the keyword arguments, once both are empty.
+- A GRPO config (`[training] mode = "grpo"`) gets the shared checks here and its own from
+  `training.open_models.grpo_arguments`, which makes its `GRPOConfig` arguments.
 
 `[hyperparameters] batch_size` (OpenAI's examples per optimizer step) is mapped, not refused:
 on one device it is `per_device_batch` x `gradient_accumulation_steps`, so given alone it is
@@ -20,6 +22,7 @@ import importlib.util
 from typing import Any
 
 from training.config import Key
+from training.open_models.grpo_arguments import grpo_refusals, is_grpo
 
 # The trl provider's own keys (training.providers registers them with its kind).
 TRL_CONFIG_KEYS: dict[str, dict[str, Key]] = {
@@ -62,8 +65,13 @@ def config_refusals(sections: dict[str, dict]) -> list[str]:
     if topology:
         lines.append(_line("data", "topology", f"the trl provider has no data topology; {_REMOVE}"))
     lines += _training_refusals(sections)
-    lines += _validation_refusals(sections)
-    lines += _hyperparameter_refusals(sections)
+    if is_grpo(sections):
+        # GRPO has no SFT batch, length or validation keys: grpo_refusals names each.
+        lines += grpo_refusals(sections)
+        lines += _hyperparameter_refusals(sections, batch=False)
+    else:
+        lines += _validation_refusals(sections)
+        lines += _hyperparameter_refusals(sections)
     lines += _parallelism_refusals(sections.get("hyperparameters.parallelism", {}))
     return lines
 
@@ -152,7 +160,7 @@ def _evaluates(validation: dict) -> bool:
     return bool(validation.get("enabled", True)) and validation.get("evaluation_strategy") != "no"
 
 
-def _hyperparameter_refusals(sections: dict[str, dict]) -> list[str]:
+def _hyperparameter_refusals(sections: dict[str, dict], *, batch: bool = True) -> list[str]:
     hp = sections.get("hyperparameters", {})
     lines = []
     if hp.get("warmup_ratio", 0) >= 1:
@@ -167,7 +175,7 @@ def _hyperparameter_refusals(sections: dict[str, dict]) -> list[str]:
                 "an openai setting; the trl provider takes learning_rate",
             )
         )
-    if "batch_size" in hp and _batch(hp) is None:
+    if batch and "batch_size" in hp and _batch(hp) is None:
         per_device = hp.get("per_device_batch", "?")
         accumulation = hp.get("gradient_accumulation_steps", "?")
         lines.append(

@@ -108,3 +108,76 @@ def card_text(facts: CardFacts) -> str:
 def _clean_json(value: Any) -> str:
     text = json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=True)
     return text.replace("`", "'")
+
+
+@dataclass(frozen=True)
+class GrpoCardFacts:
+    """What the card of a GRPO run says: it learned from its own episodes, not a dataset."""
+
+    base_model: str
+    train_kind: str  # "fft", "lora" or "qlora"
+    reward: str  # the reward's TOML text (`training.open_models.rewards`)
+    iterations: int  # optimizer steps run (one per iteration)
+    seeds: str  # the seeds played, e.g. "0 to 7"
+    group_size: int
+    steps_per_episode: int
+    kl_coef: float
+    last_loss: float | None
+    sections: dict[str, dict[str, Any]]
+    arguments: dict[str, Any]  # the GRPOConfig arguments
+    resumed_from_step: int | None = None
+    merged: bool = False
+
+
+def grpo_card_text(facts: GrpoCardFacts) -> str:
+    """The README.md of a GRPO run's model."""
+    header = {
+        "base_model": _clean(facts.base_model),
+        "library_name": "peft" if facts.train_kind in ("lora", "qlora") else "transformers",
+        "tags": ["trl", "grpo", facts.train_kind, "crafter"],
+    }
+    resumed = (
+        f" (resumed from the checkpoint of step {facts.resumed_from_step})"
+        if facts.resumed_from_step is not None
+        else ""
+    )
+    lines = ["---"]
+    lines += [f"{key}: {json.dumps(value)}" for key, value in header.items()]
+    lines += [
+        "---",
+        "",
+        f"# GRPO on Crafter: {facts.train_kind} of {_clean(facts.base_model)}",
+        "",
+        "Trained by the studio's trl provider with TRL's GRPOTrainer on episodes of Crafter",
+        "it played itself, each iteration's episodes compared within their seed's group:",
+        "",
+        f"- Base model: `{_clean(facts.base_model)}`",
+        f"- Training: {facts.train_kind}"
+        + (
+            " (merged into these weights; the adapter alone is in `adapter/`)"
+            if facts.merged
+            else ""
+        ),
+        f"- Reward: `{_clean(facts.reward)}`",
+        f"- Iterations run (one optimizer step each): {facts.iterations}{resumed}",
+        f"- Seeds played: {_clean(facts.seeds)}, {facts.group_size} episodes each, "
+        f"at most {facts.steps_per_episode} turns an episode",
+        f"- KL coefficient: {facts.kl_coef:g}",
+        f"- Last logged loss: {_number(facts.last_loss)}",
+        "",
+        "## Settings",
+        "",
+        "The job's config (TOML sections, as given):",
+        "",
+        "```json",
+        _clean_json(facts.sections),
+        "```",
+        "",
+        "The GRPOConfig arguments they became:",
+        "",
+        "```json",
+        _clean_json(facts.arguments),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

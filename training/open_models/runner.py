@@ -310,30 +310,33 @@ def run_training(spec: TrainSpec, sink: RunSink, *, resume_from: Path | None = N
         merged=kind == "lora",
         notes=notes,
     )
-    model_dir = _save(trainer, processor, spec.work_dir / "model", facts, best=best)
+    model_dir = _save(
+        trainer, processor, spec.work_dir / "model", kind=kind, card=card_text(facts), best=best
+    )
     sink.event("finished", f"trained {steps} steps; model saved", data={"steps": steps})
     return TrainResult("succeeded", model_dir, steps, callback.train_loss)
 
 
 def _save(
-    trainer: Any, processor: Any, model_dir: Path, facts: CardFacts, *, best: str | None
+    trainer: Any, processor: Any, model_dir: Path, *, kind: str, card: str, best: str | None
 ) -> Path:
+    """The trained model in `model_dir` (see the module's docstring), its card beside it."""
     if model_dir.exists():
         shutil.rmtree(model_dir)
     model_dir.mkdir(parents=True)
-    if facts.train_kind == "fft" and _full_weights(best):
+    if kind == "fft" and _full_weights(best):
         # As on resuming: the Trainer's reload of the best checkpoint misses renamed keys.
         from transformers import AutoModelForImageTextToText  # the train extra
 
         AutoModelForImageTextToText.from_pretrained(best, local_files_only=True).save_pretrained(
             str(model_dir)
         )
-    elif facts.train_kind == "lora":
+    elif kind == "lora":
         trainer.model.save_pretrained(str(model_dir / "adapter"))
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(str(model_dir))
     else:
         trainer.save_model(str(model_dir))
     processor.save_pretrained(str(model_dir))
-    (model_dir / "README.md").write_text(card_text(facts), encoding="utf-8")
+    (model_dir / "README.md").write_text(card, encoding="utf-8")
     return model_dir
