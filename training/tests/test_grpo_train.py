@@ -4,7 +4,8 @@ storage, turns, tool calls), each iteration a batch with its `GrpoIteration`; th
 and advantages written back; Cancel; a killed worker resumed by the next. The workers are
 real processes; nothing of ours is replaced.
 
-The helpers (the config, the job, the rows an iteration left) serve test_grpo_resume.py.
+The helpers (the config, the job, the rows an iteration left) serve test_grpo_resume.py and
+test_grpo_cancel.py.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ FIRST_SEED = 11
 REWARD = "action:noop"
 
 
-def grpo_toml(model: Path, *, iterations: int = ITERATIONS, steps: int = STEPS) -> str:
+def grpo_toml(model: Path, *, iterations: int = ITERATIONS, seeds: int = SEEDS) -> str:
     return f"""
 [job]
 model = "{model}"
@@ -52,8 +53,8 @@ mode = "grpo"
 
 [training.grpo]
 group_size = {GROUP}
-seeds_per_iteration = {SEEDS}
-steps_per_episode = {steps}
+seeds_per_iteration = {seeds}
+steps_per_episode = {STEPS}
 iterations = {iterations}
 reward = "{REWARD}"
 first_seed = {FIRST_SEED}
