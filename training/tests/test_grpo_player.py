@@ -8,14 +8,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.core.files.storage import default_storage
+from django.utils import timezone
 
+from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
 from rollouts.recording.frame_store import frame_name
-from rollouts.recording.services import batch_settings
-from training.grpo_runs import GrpoRunSink, StudioPlayer
+from rollouts.recording.services import batch_create, batch_settings, episode_run
+from training.grpo_runs import GrpoRunSink, StudioPlayer, iteration_settings
 from training.jobs import LOCAL_RUN
 from training.models import GrpoIteration, LocalRun, LocalRunEvent, TrainingJob
 from training.open_models.grpo_play import IterationCanceled, ScoredEpisode
@@ -220,3 +223,24 @@ def test_episodes_that_are_not_whole_groups_are_refused(settings):
             model_for=lambda s, m: ScriptedModel("noop"),
         )
     assert not GrpoIteration.objects.exists()
+
+
+def test_no_rollouts_worker_plays_or_is_sent_a_grpo_episode(settings):
+    batch = batch_create(
+        settings=iteration_settings(
+            job_id=1, iteration=1, model="m", seeds=[3], group_size=2, steps=2
+        ),
+        enqueue=False,
+    )
+    first, second = Episode.objects.filter(batch=batch).order_by("sample")
+    # A message that reached a rollouts worker: the episode is let go, untouched.
+    assert episode_run(episode_id=first.id) == "done_already"
+    first.refresh_from_db()
+    assert (first.status, first.claim_token, first.steps) == ("pending", "", 0)
+    assert not Turn.objects.filter(episode=first).exists()
+    # Nor does the periodic requeue send one, stale or long pending.
+    Episode.objects.filter(id=second.id).update(
+        status="running", heartbeat_at=timezone.now() - timedelta(days=1)
+    )
+    Episode.objects.filter(id=first.id).update(enqueued_at=timezone.now() - timedelta(days=1))
+    assert not {first.id, second.id} & set(EPISODE.to_resend(broker_lost=True))
