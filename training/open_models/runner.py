@@ -242,6 +242,8 @@ def run_training(spec: TrainSpec, sink: RunSink, *, resume_from: Path | None = N
     """Train `spec` with TRL's SFTTrainer; TrainingRefused (one line each) before any step
     when the config or the data cannot be honoured here."""
     refused = config_refusals(spec.sections) + runtime_refusals(spec.sections)
+    if spec.sections.get("training", {}).get("mode") == "grpo":
+        refused.insert(0, '[training] mode: "grpo" runs play episodes (run_grpo), not a dataset')
     if refused:
         raise TrainingRefused(refused)
     from transformers import AutoProcessor  # the train extra

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
 from rollouts.game.crafter_env import ACTION_INDEX, StudioEnv, text_observation
 from rollouts.game.text_actions import actions_from_text
 from training.open_models.grpo_play import EpisodeModel, IterationCanceled, PlayedEpisode
+from training.open_models.tiny import build_tiny_vlm
 
 
 @dataclass
@@ -73,3 +76,61 @@ class CrafterPlayer:
             achievements=unlocked,
             actions=tuple(actions),
         )
+
+
+def tool_call_text(action: str) -> str:
+    """The studio's `interact_many` call of one action, one token of the choosing model."""
+    return '{"name": "interact_many", "arguments": {"actions": ["' + action + '"]}}'
+
+
+def choice_ids(processor: Any, actions: Sequence[str]) -> list[int]:
+    return [processor.tokenizer.convert_tokens_to_ids(tool_call_text(a)) for a in actions]
+
+
+def choosing_tiny_vlm(directory: Path, actions: Sequence[str]) -> Path:
+    """A tiny Qwen2-VL whose every answer is `<tool_call>`, then one of `actions`' tool calls
+    (one added token each), all with the same logit, then `</tool_call>` and the end of turn:
+    the answer a Qwen model writes, which the policy's parser reads.
+
+    Built as `training.tests.served_models.answering_tiny_vlm` builds its chain: the text
+    layers add nothing to the residual stream (attention and MLP outputs zeroed), so the next
+    token depends on the last one alone; each token's embedding is one axis and the output
+    head maps that axis to the tokens that may follow. Training moves all of it."""
+    import torch
+    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+
+    build_tiny_vlm(directory)
+    processor = AutoProcessor.from_pretrained(directory)
+    tokenizer = processor.tokenizer
+    tokenizer.add_tokens([tool_call_text(action) for action in actions])
+    newline = tokenizer.convert_tokens_to_ids("\u010a")  # byte-level "\n": the prompt's last
+    assert tokenizer.decode([newline]) == "\n"
+    opening, closing, end = tokenizer.convert_tokens_to_ids(
+        ["<tool_call>", "</tool_call>", "<|im_end|>"]
+    )
+    calls = choice_ids(processor, actions)
+    model = Qwen2VLForConditionalGeneration.from_pretrained(directory)
+    model.resize_token_embeddings(len(tokenizer))
+    embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    assert embed.data_ptr() != head.data_ptr()
+    axes = [newline, opening, *calls, closing]
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if "language_model" in name and name.endswith(("o_proj", "down_proj")):
+                module.weight.zero_()
+                if module.bias is not None:
+                    module.bias.zero_()
+        head.zero_()
+        for axis, token in enumerate(axes):
+            embed[token] = 0.0
+            # Large beside what the zeroed layers add once trained (RMSNorm removes the
+            # scale): a few updates move the choice, not the whole residual stream.
+            embed[token, axis] = 30.0
+        head[opening, 0] = 50.0
+        for axis, token in enumerate(calls, start=2):
+            head[token, 1] = 5.0  # equal logits after `<tool_call>`
+            head[closing, axis] = 50.0
+        head[end, len(axes) - 1] = 50.0
+    model.save_pretrained(directory)
+    processor.save_pretrained(directory)
+    return directory
