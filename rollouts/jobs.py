@@ -7,13 +7,16 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from rollouts.models import Episode, RolloutBatch, TurnBulkFlag
-from rollouts.policies.kinds import model_policy_names
+from rollouts.policies.kinds import model_policy_names, policy_kinds
 from studio.jobs import JobKind, register
 
 
 def _played_by_workers() -> QuerySet:
-    # A person's game waits for its player, however long: no worker can play it.
-    return Episode.objects.exclude(batch__policy=RolloutBatch.Policy.HUMAN)
+    # A person's game waits for its player, however long: no worker can play it. Nor can one
+    # play a kind without a factory (a GRPO job's episodes: only its train worker holds the
+    # model), so the requeue never sends them to the rollouts queue.
+    unplayed = [kind.name for kind in policy_kinds() if not kind.played_by_worker]
+    return Episode.objects.exclude(batch__policy__in=unplayed)
 
 
 def _calling_a_model() -> QuerySet:

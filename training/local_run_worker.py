@@ -1,5 +1,7 @@
 """A train worker's part of a `trl` job: claim its run, fetch the dataset and the latest
-checkpoint, train (`training.open_models.runner`), store the model, end the run.
+checkpoint, train (`training.open_models.runner`), store the model, end the run. A GRPO job
+(`[training] mode = "grpo"`) has no dataset: it plays its own episodes here
+(`training.open_models.grpo` with `training.grpo_runs`' player and sink).
 
 The run's claim is renewed by the process's keeper however long a step takes; a worker that
 dies leaves it to go stale, and the next one resumes from the checkpoint in storage. What the
@@ -16,23 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from django.db.models import F
-from django.utils import timezone
 
 from studio.claim_keeper import worker_name
 from studio.claims import Claim
 from studio.jobs import ClaimLost, JobOutcome
 from training import model_store
+from training.grpo_runs import GrpoRunSink, StudioPlayer
 from training.jobs import LOCAL_RUN
 from training.local_runs import trained_model_name
-from training.models import LocalRun, LocalRunEvent
-from training.providers.base import clean_data, clean_number, clean_step, clean_text
+from training.models import LocalRun, TrainingJob
+from training.providers.base import clean_number, clean_text
+from training.run_sink import MAX_RUN_EVENTS, RunSink
 
 logger = logging.getLogger(__name__)
 
-# The events one run keeps at most (metric points are one per step and name); past it only
-# errors are kept, so a trainer that logs without end cannot fill the table.
-MAX_RUN_EVENTS = 2000
-_LEVELS = ("info", "warning", "error")
+__all__ = ["MAX_RUN_EVENTS", "RunSink", "is_grpo", "local_run_work"]
 
 
 def local_run_work(*, run_id: int) -> JobOutcome:
@@ -44,7 +44,7 @@ def local_run_work(*, run_id: int) -> JobOutcome:
     run = LocalRun.objects.select_related(
         "job", "job__dataset_version", "job__validation_version"
     ).get(pk=run_id)
-    sink = RunSink(run, claim)
+    sink = GrpoRunSink(run, claim) if is_grpo(run.job) else RunSink(run, claim)
     with LOCAL_RUN.kept(run_id, token):
         try:
             return _train(run, claim, sink)
@@ -59,6 +59,16 @@ def local_run_work(*, run_id: int) -> JobOutcome:
             return "failed"
 
 
+def is_grpo(job: TrainingJob) -> bool:
+    """A reinforcement-learning job: it plays its own episodes, it has no dataset."""
+    training = (job.effective_config or {}).get("training")
+    return isinstance(training, dict) and training.get("mode") == "grpo"
+
+
+def _sections(job: TrainingJob) -> dict[str, dict]:
+    return {name: dict(values) for name, values in (job.effective_config or {}).items()}
+
+
 def _train(run: LocalRun, claim: Claim, sink: RunSink) -> JobOutcome:
     from training.open_models.extra import extra_missing
 
@@ -68,32 +78,62 @@ def _train(run: LocalRun, claim: Claim, sink: RunSink) -> JobOutcome:
         sink.event("failed", missing, level="error")
         claim.fail(missing)
         return "failed"
-    from training.open_models.runner import TrainingRefused, run_training
+    from training.open_models.grpo_play import IterationCanceled
+    from training.open_models.runner import TrainingRefused
 
     job = run.job
     work_dir = Path(tempfile.mkdtemp(prefix=f"studio-trl-run-{run.id}-"))
     try:
-        spec = _spec(run, work_dir)
+        # A GRPO job has no dataset to fetch; an SFT job's is fetched before anything else.
+        spec = None if isinstance(sink, GrpoRunSink) else _spec(run, work_dir)
         resume = model_store.checkpoint_fetch(job.id, into=work_dir / "resume")
         sink.event("claimed", f"Train worker {worker_name()} took the run")
         if resume is not None:
             step = resume[0]
             sink.event("resumed", f"resumed from step {step}", data={"step": step})
+        resume_from = resume[1] if resume else None
         try:
-            result = run_training(spec, sink, resume_from=resume[1] if resume else None)
+            result = _run(run, sink, spec, work_dir, resume_from)
         except TrainingRefused as exc:
             error = "\n".join(exc.lines)
             sink.event("refused", error, level="error")
             claim.fail(error)
             return "failed"
+        except IterationCanceled:
+            result = None
         if sink.lost:
             raise ClaimLost(f"local run {run.id} was claimed by another worker")
-        if result.status == "canceled":
-            claim.finish(status=LocalRun.Status.CANCELED, step=result.steps)
+        if result is None or result.status == "canceled":
+            steps = result.steps if result is not None else _step_of(run)
+            claim.finish(status=LocalRun.Status.CANCELED, step=steps)
             return "canceled"
         return _store_model(run, claim, sink, result)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _run(run: LocalRun, sink: RunSink, spec: Any, work_dir: Path, resume_from: Any) -> Any:
+    """The trainer: SFT on the fetched dataset, or GRPO on the episodes it plays here."""
+    if spec is not None:
+        from training.open_models.runner import run_training
+
+        return run_training(spec, sink, resume_from=resume_from)
+    from training.open_models.grpo import GrpoSpec, run_grpo
+    from training.open_models.grpo_arguments import grpo_settings
+
+    job = run.job
+    sections = _sections(job)
+    settings = grpo_settings(sections)
+    sink.claim.renew(total_steps=settings.iterations)
+    player = StudioPlayer(
+        run=run, sink=sink, steps=settings.steps_per_episode, reward=settings.reward
+    )
+    grpo_spec = GrpoSpec(base_model=job.model, sections=sections, work_dir=work_dir / "train")
+    return run_grpo(grpo_spec, sink, player, resume_from=resume_from)
+
+
+def _step_of(run: LocalRun) -> int:
+    return LocalRun.objects.filter(id=run.id).values_list("step", flat=True).first() or 0
 
 
 def _spec(run: LocalRun, work_dir: Path) -> Any:
@@ -104,7 +144,7 @@ def _spec(run: LocalRun, work_dir: Path) -> Any:
     validation = job.validation_version
     return TrainSpec(
         base_model=job.model,
-        sections={name: dict(values) for name, values in (job.effective_config or {}).items()},
+        sections=_sections(job),
         dataset_dir=model_store.dataset_fetch(version),
         dataset_sha256=version.hf_sha256,
         dataset_label=f"{version.dataset.name} v{version.number}",
@@ -128,85 +168,3 @@ def _store_model(run: LocalRun, claim: Claim, sink: RunSink, result: Any) -> Job
     ):
         return "claim_lost"
     return "done"
-
-
-class RunSink:
-    """What the trainer reports, written as the run's rows (`training.open_models.runner
-    .RunSink`): cleaned, bounded, through the run's claim."""
-
-    def __init__(self, run: LocalRun, claim: Claim) -> None:
-        self.run_id = run.id
-        self.job_id = run.job_id
-        self.claim = claim
-        self.lost = False
-        self._events = LocalRunEvent.objects.filter(
-            run_id=run.id, kind=LocalRunEvent.Kind.EVENT
-        ).count()
-
-    def event(
-        self, type: str, message: str, *, level: str = "info", data: dict | None = None
-    ) -> None:
-        level = level if level in _LEVELS else "info"
-        if self._events >= MAX_RUN_EVENTS and level != "error":
-            return
-        data = clean_data(data) if isinstance(data, dict) else {}
-        LocalRunEvent.objects.create(
-            run_id=self.run_id,
-            kind=LocalRunEvent.Kind.EVENT,
-            time=timezone.now(),
-            level=level,
-            type=clean_text(type, limit=100),
-            message=clean_text(message),
-            data=data if isinstance(data, dict) else {},
-        )
-        self._events += 1
-        total = clean_step(data.get("steps")) if type == "started" else None
-        if total:
-            self._renew(total_steps=total)
-
-    def metrics(
-        self, step: int, *, train_loss: float | None = None, validation_loss: float | None = None
-    ) -> None:
-        step = clean_step(step)
-        if step is None:
-            return
-        now = timezone.now()
-        points = [
-            LocalRunEvent(
-                run_id=self.run_id,
-                kind=LocalRunEvent.Kind.METRIC,
-                time=now,
-                name=name,
-                step=step,
-                value=value,
-            )
-            for name, value in (
-                ("train", clean_number(train_loss)),
-                ("validation", clean_number(validation_loss)),
-            )
-            if value is not None
-        ]
-        # A step logged again after a resume keeps its first point: the curve is not doubled.
-        LocalRunEvent.objects.bulk_create(points, ignore_conflicts=True)
-        self._renew(step=step)
-
-    def should_stop(self) -> bool:
-        """Asked after every step: one read by primary key, never throttled."""
-        row = (
-            LocalRun.objects.filter(pk=self.run_id)
-            .values_list("cancel_requested", "claim_token")
-            .first()
-        )
-        if row is None or row[1] != self.claim.token:
-            self.lost = True
-            return True
-        return bool(row[0])
-
-    def checkpoint_saved(self, step: int, directory: Path) -> None:
-        model_store.checkpoint_upload(self.job_id, step, Path(directory))
-        self._renew(checkpoint_step=step)
-        self.event("checkpoint", f"Checkpoint of step {step} stored", data={"step": step})
-
-    def _renew(self, **fields: Any) -> None:
-        if not self.claim.renew(**fields):
-            self.lost = True

@@ -37,6 +37,7 @@ KIND_MODULES = (
     "rollouts.policies.baselines",
     "rollouts.policies.openai",
     "rollouts.policies.imported",
+    "rollouts.policies.trained",
     "rollouts.play",
 )
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from rollouts.jobs import EPISODE
 from rollouts.models import Episode, Frame, RolloutBatch, Turn
-from rollouts.policies import build_policy
-from rollouts.policies.base import PolicyUnavailable
+from rollouts.policies import build_policy, policy_kind
+from rollouts.policies.base import Policy, PolicyUnavailable
 from rollouts.recording import sent_calls
 from rollouts.recording.fork_replay import fork_prefix_of
 from rollouts.recording.recorder import (
@@ -82,7 +82,9 @@ def _episode_claim(*, episode_id: int) -> tuple[str, Episode] | None:
 RESUME_REQUESTED = "resumed on request"
 
 
-def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
+def episode_run(
+    *, episode_id: int, cli_api_key: str = "", policy: Policy | None = None
+) -> JobOutcome:
     """Claim, play and record one episode. Idempotent.
 
     A model episode that was played before (its worker died, or it failed or was canceled
@@ -94,16 +96,25 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
 
     `cli_api_key` is for `rollout --inline` only: the command's own key, sent to the URL its
     operator gave when no admin-named endpoint is involved (`rollouts.policies.endpoints`).
+    `policy`: the one that plays, built by the caller instead of from the batch's settings
+    (a GRPO job's train worker plays the model it trains); the caller closes it.
     """
     claimed = _episode_claim(episode_id=episode_id)
     if claimed is None:
         return EPISODE.unclaimed(episode_id)
     token, episode = claimed
     settings = batch_settings(episode.batch)
+    owned = policy is None
+    if owned and not policy_kind(settings.policy).played_by_worker:
+        # Only the caller that holds its model plays it (a GRPO job's train worker): a
+        # message that reached a rollouts worker lets it go untouched.
+        EPISODE.release(episode_id, token)
+        return "done_already"
     try:
-        policy = build_policy(
-            settings, seed=int(episode.seed), sample=episode.sample, cli_api_key=cli_api_key
-        )
+        if policy is None:
+            policy = build_policy(
+                settings, seed=int(episode.seed), sample=episode.sample, cli_api_key=cli_api_key
+            )
     except PolicyUnavailable as exc:
         batch_fail(batch=episode.batch, error=str(exc))
         episode_fail(episode=episode, claim_token=token, error=str(exc), totals=EpisodeTotals())
@@ -119,7 +130,8 @@ def episode_run(*, episode_id: int, cli_api_key: str = "") -> JobOutcome:
         EPISODE.hand_back(episode_id, token)
         return "retry"
     finally:
-        policy.close()
+        if owned:
+            policy.close()
 
 
 def _episode_play(*, episode: Episode, token: str, settings: RolloutSettings, policy) -> JobOutcome:

@@ -64,11 +64,14 @@ def tiny_kind() -> Iterator[kinds.PolicyKind]:
 
 def test_the_built_in_kinds_are_declared_once_each():
     names = [k.name for k in kinds.policy_kinds()]
-    assert names == ["scripted", "random", "openai", "imported", "human"]
+    assert names == ["scripted", "random", "openai", "imported", "grpo", "human"]
     assert kinds.offered_names() == ("scripted", "random", "openai")
     assert kinds.model_policy_names() == ("openai",)
     assert kinds.policy_kind("openai").shows_history
     assert not kinds.policy_kind("human").played_by_worker
+    # A GRPO job's model: played on its train worker only, at no cost.
+    grpo = kinds.policy_kind("grpo")
+    assert grpo.plays and not grpo.played_by_worker and not grpo.calls_model
 
 
 def test_a_new_kind_is_a_choice_of_the_forms(tiny_kind, db):
