@@ -60,6 +60,9 @@ def base_model(size: str, directory: Path, image_size: int) -> tuple[Path, int]:
     model = model_built(size, directory, torch.bfloat16)
     model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    # The tiny model's own weights go: a sharded save beside them would not be the one read.
+    for stale in directory.glob("*.safetensors*"):
+        stale.unlink()
     model.save_pretrained(directory)
     return directory, sum(p.numel() for p in model.parameters())
 
