@@ -2,10 +2,12 @@
 
 Each turn is one `EpisodeModel.reply` (`training.open_models.grpo_play`): the user turn is
 the text observation and the frame, as the `openai` policy's request shows them with
-observation `image_text` and no history; the model's conversation holds the turns before.
-What a turn records as its request is what it added to that conversation: the system
-message and the user message on the first turn, the user message after, each frame as a
-`{"frame_step": N}` reference (the frame row is the one copy).
+observation `image_text`; the model answers it on the whole episode so far. What a turn
+records as its request is that whole conversation, as the model saw it: the system message,
+every earlier turn's user message and the model's own answer text, and this turn's user
+message, each frame as a `{"frame_step": N}` reference (the frame row is the one copy). An
+exported row of the turn is then what the model answered from, not a single-turn row it
+never saw; the cost is a request that grows with the turn's index.
 
 The answer is the model's own text, read as a server that parses Qwen-style tool calls
 would give it: each `<tool_call>{"name": ..., "arguments": ...}</tool_call>` block that is
@@ -62,7 +64,7 @@ class TrainedPolicy:
             if max_answer_bytes is None
             else max_answer_bytes
         )
-        self._turns = 0
+        self._conversation: list[dict[str, Any]] = first_messages()
 
     def close(self) -> None:
         pass  # the model is the trainer's; the episode's tokens stay with it for the update
@@ -78,15 +80,18 @@ class TrainedPolicy:
                 },
             ],
         }
-        added = [*first_messages(), user] if self._turns == 0 else [user]
-        self._turns += 1
+        seen = [*self._conversation, user]
         content = [
             {"type": "text", "text": observation.text},
             {"type": "image", "image": _image(observation.png)},
         ]
         started = time.monotonic()
         text = self.model.reply(content)
-        decision = Decision(actions=[], request_messages=added, model_called=True)
+        decision = Decision(actions=[], request_messages=seen, model_called=True)
+        # The answer as the model wrote it (its tool call text included) is what later
+        # turns are answered on; bounded like any answer text before it is kept.
+        answer = storable(text if isinstance(text, str) else "", max_bytes=self.max_answer_bytes)
+        self._conversation = [*seen, {"role": "assistant", "content": answer}]
         decision.latency_ms = int((time.monotonic() - started) * 1000)
         bad = read_model_text(
             text,

@@ -23,7 +23,8 @@ class EpisodeModel(Protocol):
     def reply(self, content: list[dict[str, Any]]) -> str:
         """Add a user turn and answer it; `content` holds `{"type": "text", "text": ...}` and
         `{"type": "image", "image": <PIL.Image>}` parts, in order. Returns the answer's text
-        (the model's own words, special tokens removed). The first call also renders the
+        (the model's own words with its special tokens, such as `<tool_call>`, but
+        not its end of turn). The first call also renders the
         system turn (the studio's system prompt and tool block)."""
         ...
 

@@ -74,6 +74,8 @@ class TurnModel:
         self.images: list[Any] = []
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
         self.answers: list[str] = []
+        self.last_prompt_tokens = 0
+        self.last_completion_tokens = 0
 
     @property
     def turns(self) -> int:
@@ -96,7 +98,10 @@ class TurnModel:
             self.env_mask += [0] * len(suffix)
         self.messages.append(user)
         self.images += turn_images
+        # What this answer was sampled on and how long it is, as a server's usage says it.
+        self.last_prompt_tokens = len(self.prompt_ids) + len(self.completion_ids)
         answer = self._sample()
+        self.last_completion_tokens = len(answer)
         self.completion_ids += answer
         self.env_mask += [1] * len(answer)
         if not answer or answer[-1] not in self.stop_ids:

@@ -114,8 +114,9 @@ def test_an_iteration_is_a_recorded_batch_scored_and_logged(settings):
         sent = models[(item.seed, item.member)].sent
         assert [c[0]["text"] for c in sent] == [t.observation_text for t in turns]
         assert [m["role"] for m in turns[0].request_messages] == ["system", "user"]
-        assert [m["role"] for m in turns[1].request_messages] == ["user"]
-        image = turns[1].request_messages[0]["content"][1]["image_url"]
+        roles = ["system", "user", "assistant", "user"]
+        assert [m["role"] for m in turns[1].request_messages] == roles
+        image = turns[1].request_messages[3]["content"][1]["image_url"]
         assert image["frame_step"] == turns[1].frame.step
         assert bool(turns[0].tool_calls) == (item.member == 0)
         assert turns[1].text_fallback == (item.member == 1)

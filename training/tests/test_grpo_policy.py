@@ -142,7 +142,7 @@ def observation(turn: int, frame_step: int) -> Observation:
     )
 
 
-def test_a_turn_sends_the_text_and_the_frame_and_records_what_it_added():
+def test_a_turn_sends_the_text_and_the_frame_and_records_the_conversation_it_saw():
     call = json.dumps({"name": "interact_many", "arguments": {"actions": ["do"]}})
     model = ScriptedModel(f"<tool_call>{call}</tool_call>", "bzzt")
     policy = TrainedPolicy(model, max_answer_bytes=MAX)
@@ -166,14 +166,22 @@ def test_a_turn_sends_the_text_and_the_frame_and_records_what_it_added():
         user,
     ]
     assert first.actions == ["do"] and first.model_called and first.error_kind == ""
+    # The second turn was answered on the whole episode so far: so its request says.
     assert second.request_messages == [
+        {"role": "system", "content": system_prompt(observation_mode="image_text")},
+        user,
+        {
+            "role": "assistant",
+            "content": '<tool_call>{"name": "interact_many", "arguments": '
+            '{"actions": ["do"]}}</tool_call>',
+        },
         {
             "role": "user",
             "content": [
                 {"type": "text", "text": "You see grass (turn 1)."},
                 {"type": "image_url", "image_url": {"frame_step": 1, "detail": "auto"}},
             ],
-        }
+        },
     ]
     # Nothing usable: noop, the kind and its message on the turn.
     assert second.actions == ["noop"]

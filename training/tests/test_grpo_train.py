@@ -10,6 +10,7 @@ test_grpo_cancel.py.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -107,7 +108,7 @@ def played(job: TrainingJob) -> dict[tuple[int, int, int], tuple]:
 
 
 def test_a_grpo_job_records_every_episode_and_trains_the_model(
-    settings, fast_training, tmp_path, tiny_model
+    settings, fast_training, tmp_path, tiny_model, client, django_user_model
 ):
     env = worker_env(settings, tmp_path)
     with workers(env, tmp_path):
@@ -181,3 +182,26 @@ def test_a_grpo_job_records_every_episode_and_trains_the_model(
     assert outcome.code == 0, outcome.stderr
     rows = out.read_text().splitlines()
     assert len(rows) == Turn.objects.filter(episode__batch=iterations[0].batch).count()
+    # A turn's row is the conversation its answer was sampled on: the system message, each
+    # earlier turn's frame and answer, then its own frame.
+    first = Episode.objects.filter(batch=iterations[0].batch).order_by("seed", "sample")[0]
+    turns = list(Turn.objects.filter(episode=first).order_by("index"))
+    by_turn = {
+        (row["metadata"]["episode_id"], row["metadata"]["turn"]): row
+        for row in map(json.loads, rows)
+    }
+    assert len(turns) > 1, "8 steps of at most 8 actions a turn, but a first turn of 8"
+    messages = by_turn[(first.id, 1)]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert (turns[0].model_text or "") in messages[2]["content"]
+    images = [p for m in messages[:4] if isinstance(m["content"], list) for p in m["content"]]
+    assert sum(part["type"] == "image_url" for part in images) == 2
+
+    # The job page draws each iteration's reward, loss and KL.
+    user = django_user_model.objects.create_user("rl-viewer", password="rl-viewer-pass-1")
+    client.force_login(user)
+    page = client.get(f"/training/{job.id}/").content.decode()
+    assert 'id="grpo-reward-chart"' in page and 'id="grpo-update-chart"' in page
+    assert '<dd id="grpo-iterations">2 done of 2</dd>' in page
+    for iteration in iterations:
+        assert f'href="/rollouts/{iteration.batch_id}/"' in page
