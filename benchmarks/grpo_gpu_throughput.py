@@ -11,11 +11,12 @@ observation and the frame, and its answer's actions (`rollouts.game.text_actions
 played (noop when it names none). Nothing is recorded: the studio's recorder is the same
 for every policy and `rollout_throughput.py` measures it.
 
-An iteration plays `--seeds` x `--group` episodes of `--turns` turns (one model answer of at
-most `--max-answer-tokens` tokens each: a random model seldom ends an answer early, so most
-answers are that long), then scores them and makes one optimizer step. Throughput is over
-the iterations after `--warmup-iterations` (CUDA kernels chosen, memory pools grown):
-episodes per second of wall time, generated tokens per second of playing, and each
+An iteration plays `--seeds` x `--group` episodes of `--steps` game steps (a turn is one
+model answer of at most `--max-answer-tokens` tokens, its actions a step each: a random
+model seldom ends an answer early, so most answers are that long), then scores them and
+makes one optimizer step. Throughput is over the iterations after `--warmup-iterations`
+(CUDA kernels chosen, memory pools grown): episodes per second of wall time, generated
+tokens per second of playing, and each
 iteration's time split into playing and the update (the log-probabilities' forward pass,
 the backward pass and the optimizer step). No checkpoint is written during the run; the
 trained model is saved after it, outside the timed iterations.
@@ -25,7 +26,7 @@ says so and it exits 0 (`--allow-cpu` runs the same code on the CPU with `--size
 check the script itself).
 
     python benchmarks/grpo_gpu_throughput.py [--size 2b] [--train-kind lora|fft]
-        [--seeds 2] [--group 4] [--turns 8] [--iterations 5] [--warmup-iterations 1]
+        [--seeds 2] [--group 4] [--steps 8] [--iterations 5] [--warmup-iterations 1]
         [--max-answer-tokens 64] [--image-size 256]
 """
 
@@ -72,7 +73,7 @@ def sections_of(args) -> dict[str, dict]:
     grpo = {
         "group_size": args.group,
         "seeds_per_iteration": args.seeds,
-        "steps_per_episode": args.turns,
+        "steps_per_episode": args.steps,
         "iterations": args.iterations,
         "reward": "crafter",
         "max_answer_tokens": args.max_answer_tokens,
@@ -100,62 +101,29 @@ def generated_tokens(model) -> int:
     return sum(model.env_mask)
 
 
-class TimedPlayer:
-    """A Django-free `Player`: each episode a seeded StudioEnv game, nothing recorded; the
-    seconds each iteration's playing took and the tokens the model generated in it."""
+def timed_player(*, steps: int, image_size: int, sync):
+    """The tests' Django-free `CrafterPlayer` (a seeded StudioEnv game each episode, nothing
+    recorded), timed: the seconds each iteration's playing took, the tokens the model
+    generated in it and the turns it played."""
+    from training.tests.grpo_players import CrafterPlayer
 
-    def __init__(self, *, turns: int, image_size: int, sync) -> None:
-        self.turns = turns
-        self.image_size = image_size
-        self.sync = sync
-        self.seconds: list[float] = []
-        self.tokens: list[int] = []
+    class TimedPlayer(CrafterPlayer):
+        def __init__(self) -> None:
+            super().__init__(steps=steps, image_size=image_size)
+            self.seconds: list[float] = []
+            self.tokens: list[int] = []
+            self.turns: list[int] = []
 
-    def play(self, *, iteration, checkpoint_step, episodes, model_for):
-        start = time.perf_counter()
-        played = [self._episode(seed, member, model_for(seed, member)) for seed, member in episodes]
-        self.sync()
-        self.seconds.append(time.perf_counter() - start)
-        self.tokens.append(sum(generated_tokens(episode.model) for episode in played))
-        return played
+        def play(self, **kwargs):
+            start = time.perf_counter()
+            played = super().play(**kwargs)
+            sync()
+            self.seconds.append(time.perf_counter() - start)
+            self.tokens.append(sum(generated_tokens(episode.model) for episode in played))
+            self.turns.append(sum(len(episode.actions) for episode in played))
+            return played
 
-    def _episode(self, seed: int, member: int, model):
-        from PIL import Image
-
-        from rollouts.game.crafter_env import ACTION_INDEX, StudioEnv, text_observation
-        from rollouts.game.text_actions import actions_from_text
-        from training.open_models.grpo_play import PlayedEpisode
-
-        env = StudioEnv(seed=seed, size=self.image_size)
-        frame, reward, done, taken = env.reset(), 0.0, False, []
-        for _ in range(self.turns):
-            answer = model.reply(
-                [
-                    {"type": "text", "text": text_observation(env)},
-                    {"type": "image", "image": Image.fromarray(frame)},
-                ]
-            )
-            executed = []
-            for name in actions_from_text(answer) or ["noop"]:
-                frame, gained, done, _ = env.step(ACTION_INDEX[name])
-                reward += gained
-                executed.append(name)
-                if done:
-                    break
-            taken.append(tuple(executed))
-            if done:
-                break
-        achievements = tuple(env.unlocked())
-        env.close()
-        return PlayedEpisode(
-            seed=seed,
-            member=member,
-            episode_id=None,
-            model=model,
-            crafter_reward=reward,
-            achievements=achievements,
-            actions=tuple(taken),
-        )
+    return TimedPlayer()
 
 
 class Sink:
@@ -192,7 +160,7 @@ def measure(args) -> dict:
     from training.open_models.grpo import GrpoSpec, run_grpo
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    player = TimedPlayer(turns=args.turns, image_size=args.image_size, sync=sync)
+    player = timed_player(steps=args.steps, image_size=args.image_size, sync=sync)
     sink = Sink(sync)
     with tempfile.TemporaryDirectory(prefix="grpo-throughput-") as tmp:
         model_dir, parameters = base_model(args.size, Path(tmp) / "base", args.image_size)
@@ -209,6 +177,7 @@ def measure(args) -> dict:
     seconds = sink.logged[-1] - sink.logged[first - 1]
     playing = sum(player.seconds[first:])
     tokens = sum(player.tokens[first:])
+    turns = sum(player.turns[first:])
     episodes = timed * args.seeds * args.group
     return {
         "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
@@ -216,13 +185,14 @@ def measure(args) -> dict:
         "parameters": parameters,
         "train_kind": args.train_kind,
         "episodes_per_iteration": args.seeds * args.group,
-        "turns_per_episode": args.turns,
+        "steps_per_episode": args.steps,
+        "turns_per_episode": round(turns / episodes, 2),
         "max_answer_tokens": args.max_answer_tokens,
         "image_size": args.image_size,
         "iterations_timed": timed,
         "episodes_per_second": round(episodes / seconds, 4),
         "generated_tokens_per_second": round(tokens / playing, 1),
-        "generated_tokens_per_turn": round(tokens / (episodes * args.turns), 1),
+        "generated_tokens_per_turn": round(tokens / turns, 1),
         "seconds_per_iteration": round(seconds / timed, 3),
         "play_seconds_per_iteration": round(playing / timed, 3),
         "update_seconds_per_iteration": round((seconds - playing) / timed, 3),
@@ -238,7 +208,7 @@ def main() -> None:
     parser.add_argument("--train-kind", choices=("lora", "fft"), default="lora")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per iteration")
     parser.add_argument("--group", type=int, default=4, help="episodes per seed")
-    parser.add_argument("--turns", type=int, default=8, help="model answers per episode")
+    parser.add_argument("--steps", type=int, default=8, help="game steps per episode")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup-iterations", type=int, default=1)
     parser.add_argument("--max-answer-tokens", type=int, default=64)

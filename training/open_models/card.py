@@ -85,24 +85,28 @@ def card_text(facts: CardFacts) -> str:
         f"- Last validation loss: {_number(facts.validation_loss)}",
     ]
     lines += [f"- {_clean(note)}" for note in facts.notes]
-    lines += [
+    return "\n".join(lines + _settings(facts.sections, facts.arguments, "SFTConfig"))
+
+
+def _settings(sections: dict, arguments: dict, config_class: str) -> list[str]:
+    """The card's last part: the TOML as given and the trainer's arguments it became."""
+    return [
         "",
         "## Settings",
         "",
         "The job's config (TOML sections, as given):",
         "",
         "```json",
-        _clean_json(facts.sections),
+        _clean_json(sections),
         "```",
         "",
-        "The SFTConfig arguments they became:",
+        f"The {config_class} arguments they became:",
         "",
         "```json",
-        _clean_json(facts.arguments),
+        _clean_json(arguments),
         "```",
         "",
     ]
-    return "\n".join(lines)
 
 
 def _clean_json(value: Any) -> str:
@@ -161,23 +165,8 @@ def grpo_card_text(facts: GrpoCardFacts) -> str:
         f"- Reward: `{_clean(facts.reward)}`",
         f"- Iterations run (one optimizer step each): {facts.iterations}{resumed}",
         f"- Seeds played: {_clean(facts.seeds)}, {facts.group_size} episodes each, "
-        f"at most {facts.steps_per_episode} turns an episode",
+        f"at most {facts.steps_per_episode} game steps an episode",
         f"- KL coefficient: {facts.kl_coef:g}",
         f"- Last logged loss: {_number(facts.last_loss)}",
-        "",
-        "## Settings",
-        "",
-        "The job's config (TOML sections, as given):",
-        "",
-        "```json",
-        _clean_json(facts.sections),
-        "```",
-        "",
-        "The GRPOConfig arguments they became:",
-        "",
-        "```json",
-        _clean_json(facts.arguments),
-        "```",
-        "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + _settings(facts.sections, facts.arguments, "GRPOConfig"))

@@ -24,12 +24,12 @@ and Qwen2-VL's own check that image tokens and image features agree passes.
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any
 
 from training.open_models.grpo_play import GrpoSink
+from training.open_models.runner import finite_or_none
 
 
 def episode_reward(prompts: Any, completions: Any, episode_reward: list[float], **kwargs):
@@ -86,14 +86,6 @@ def grpo_trainer_class() -> type:
     return CrafterGRPOTrainer
 
 
-def _finite(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def sink_callback(sink: GrpoSink) -> Any:
     """A TrainerCallback speaking to the sink: Cancel after every iteration, its loss and
     KL, its checkpoints, and a resumed run's step."""
@@ -130,7 +122,7 @@ def sink_callback(sink: GrpoSink) -> Any:
             logs = logs or {}
             if "loss" not in logs:
                 return
-            loss = _finite(logs.get("loss"))
+            loss = finite_or_none(logs.get("loss"))
             if loss is None:
                 sink.event(
                     "warning",
@@ -138,7 +130,7 @@ def sink_callback(sink: GrpoSink) -> Any:
                     level="warning",
                 )
             self.last_loss = loss if loss is not None else self.last_loss
-            sink.iteration_logged(state.global_step, loss=loss, kl=_finite(logs.get("kl")))
+            sink.iteration_logged(state.global_step, loss=loss, kl=finite_or_none(logs.get("kl")))
 
         def on_save(self, args, state, control, **kwargs):
             directory = Path(args.output_dir) / f"checkpoint-{state.global_step}"

@@ -88,7 +88,8 @@ class TrainingRefused(ValueError):
         super().__init__("\n".join(self.lines))
 
 
-def _finite(value: Any) -> float | None:
+def finite_or_none(value: Any) -> float | None:
+    """A logged value as a float, or None when it is not a finite number."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -135,10 +136,10 @@ def _sink_callback(sink: RunSink) -> Any:
             logs = logs or {}
             if "loss" not in logs and "eval_loss" not in logs:
                 return
-            train_loss = _finite(logs.get("loss"))
-            validation_loss = _finite(logs.get("eval_loss"))
+            train_loss = finite_or_none(logs.get("loss"))
+            validation_loss = finite_or_none(logs.get("eval_loss"))
             for key in ("loss", "eval_loss"):
-                if key in logs and _finite(logs[key]) is None:
+                if key in logs and finite_or_none(logs[key]) is None:
                     sink.event(
                         "warning",
                         f"the {key.replace('_', ' ')} is not a number at step {state.global_step}",

@@ -3,7 +3,7 @@
 Test scaffolding only: the product's player records every episode through the studio's
 recorder. This one plays `StudioEnv` as the studio does (a seed's world, the text observation
 and the frame each turn, the answer's actions read with the studio's own text reader, noop
-when there are none), for up to `steps` turns an episode.
+when there are none), for up to `steps` of the game's steps an episode.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from training.open_models.tiny import build_tiny_vlm
 
 @dataclass
 class CrafterPlayer:
+    # The game's steps an episode (a turn of several actions takes several), as the
+    # product's player plays `steps_per_episode`.
     steps: int
+    image_size: int = 64
     # Cancel asked before this iteration's second episode (None: never).
     cancel_in_iteration: int | None = None
     calls: list[tuple[int, int, tuple[tuple[int, int], ...]]] = field(default_factory=list)
@@ -45,26 +48,26 @@ class CrafterPlayer:
         return played
 
     def episode(self, seed: int, member: int, model: EpisodeModel) -> PlayedEpisode:
-        env = StudioEnv(seed=seed)
+        env = StudioEnv(seed=seed, size=self.image_size)
         frame = env.reset()
-        total, actions = 0.0, []
-        for _ in range(self.steps):
+        total, actions, steps, done = 0.0, [], 0, False
+        while steps < self.steps and not done:
+            # The text observation, then the frame: the order the product's policy sends.
             answer = model.reply(
                 [
-                    {"type": "image", "image": Image.fromarray(frame)},
                     {"type": "text", "text": text_observation(env)},
+                    {"type": "image", "image": Image.fromarray(frame)},
                 ]
             )
-            turn = actions_from_text(answer) or ["noop"]
-            done = False
-            for action in turn:
+            turn = []
+            for action in (actions_from_text(answer) or ["noop"])[: self.steps - steps]:
                 frame, reward, done, _ = env.step(ACTION_INDEX[action])
                 total += reward
+                steps += 1
+                turn.append(action)
                 if done:
                     break
             actions.append(tuple(turn))
-            if done:
-                break
         unlocked = tuple(env.unlocked())
         env.close()
         return PlayedEpisode(

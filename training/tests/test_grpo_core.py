@@ -154,7 +154,7 @@ def test_the_weights_change_and_the_model_is_saved_with_its_card(full_run, choos
     card = (model_dir / "README.md").read_text()
     assert "GRPOTrainer" in card and "`action:move_left`" in card
     assert "Iterations run (one optimizer step each): 2" in card
-    assert "Seeds played: 0 to 3, 2 episodes each, at most 8 turns an episode" in card
+    assert "Seeds played: 0 to 3, 2 episodes each, at most 8 game steps an episode" in card
     assert (model_dir / "tokenizer.json").is_file()
 
 
