@@ -177,6 +177,19 @@ def run_python(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
     return start_python(*args, env=env).communicate_all()
 
 
+def pytest_on_demo_settings(directory: Path, *tests: str) -> subprocess.CompletedProcess[str]:
+    """`tests` in a child pytest on `make demo`'s settings: an SQLite database and a var
+    directory of its own under `directory`, the filesystem broker (no broker URL), DEBUG=1."""
+    left_out = {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "SECRET_KEY", "STUDIO_MEDIA_ROOT"}
+    env = {k: v for k, v in os.environ.items() if k not in left_out}
+    env.update(
+        DATABASE_URL=f"sqlite:///{directory / 'demo.sqlite3'}",
+        STUDIO_VAR_DIR=str(directory / "var"),
+        DEBUG="1",
+    )
+    return run_python("-m", "pytest", "-q", *tests, env=env)
+
+
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`python manage.py ...` in a child process, waited for."""
     return run_python("manage.py", *args, env=env)

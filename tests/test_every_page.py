@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from rollouts.rollout_settings import RolloutSettings
 from rollouts.tests import openai_server as replies
 from rollouts.tests.helpers import record_batch
 from studio.models import LoginFailure
-from studio.testing import ROOT, run_python
+from studio.testing import ROOT, pytest_on_demo_settings
 from training import services as training_services
 from training.models import GrpoIteration, LocalRun, TrainingEvent, TrainingJob
 from training.submission import submission_build
@@ -420,13 +419,6 @@ def test_every_page_on_the_demos_sqlite(tmp_path):
     filesystem broker, DEBUG=1, files under a var directory of its own."""
     if connection.vendor == "sqlite":
         pytest.skip("this is the run it starts")
-    left_out = {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "SECRET_KEY", "STUDIO_MEDIA_ROOT"}
-    env = {k: v for k, v in os.environ.items() if k not in left_out}
-    env.update(
-        DATABASE_URL=f"sqlite:///{tmp_path / 'crawl.sqlite3'}",
-        STUDIO_VAR_DIR=str(tmp_path / "var"),
-        DEBUG="1",
-    )
-    result = run_python("-m", "pytest", "-q", *ON_SQLITE_TOO, env=env)
+    result = pytest_on_demo_settings(tmp_path, *ON_SQLITE_TOO)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]

@@ -6,7 +6,6 @@ played."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from evaluation.selectors_training import job_held_out_plan
 from evaluation.services import evaluation_batch_create
 from rollouts.models import Episode, RolloutBatch
 from rollouts.tests.helpers import seed_episode
-from studio.testing import run_python
+from studio.testing import pytest_on_demo_settings
 from training import selectors, services
 from training.charts import RewardPoint, reward_chart, update_chart
 from training.models import GrpoIteration, TrainingJob
@@ -217,15 +216,8 @@ def test_the_page_on_the_demos_sqlite(tmp_path):
     """The first test again in a child pytest on `make demo`'s settings."""
     if connection.vendor == "sqlite":
         pytest.skip("this is the run it starts")
-    left_out = {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "SECRET_KEY", "STUDIO_MEDIA_ROOT"}
-    env = {k: v for k, v in os.environ.items() if k not in left_out}
-    env.update(
-        DATABASE_URL=f"sqlite:///{tmp_path / 'page.sqlite3'}",
-        STUDIO_VAR_DIR=str(tmp_path / "var"),
-        DEBUG="1",
-    )
     test = f"{Path(__file__)}::test_the_job_page_shows_each_iteration_and_draws_the_reward"
-    result = run_python("-m", "pytest", "-q", test, env=env)
+    result = pytest_on_demo_settings(tmp_path, test)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "1 passed" in result.stdout, result.stdout[-2000:]
 

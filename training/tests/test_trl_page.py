@@ -6,13 +6,12 @@ worker's own sink, as a train worker writes them, under a claim taken as a worke
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from studio.testing import run_python
+from studio.testing import pytest_on_demo_settings
 from training import services
 from training.jobs import LOCAL_RUN
 from training.local_run_worker import MAX_RUN_EVENTS, RunSink
@@ -99,14 +98,7 @@ def test_the_page_on_the_demos_sqlite(tmp_path):
     the filesystem broker, DEBUG=1."""
     if connection.vendor == "sqlite":
         pytest.skip("this is the run it starts")
-    left_out = {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "SECRET_KEY", "STUDIO_MEDIA_ROOT"}
-    env = {k: v for k, v in os.environ.items() if k not in left_out}
-    env.update(
-        DATABASE_URL=f"sqlite:///{tmp_path / 'page.sqlite3'}",
-        STUDIO_VAR_DIR=str(tmp_path / "var"),
-        DEBUG="1",
-    )
     test = f"{Path(__file__)}::test_the_page_follows_a_run_from_waiting_to_its_loss"
-    result = run_python("-m", "pytest", "-q", test, env=env)
+    result = pytest_on_demo_settings(tmp_path, test)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "1 passed" in result.stdout, result.stdout[-2000:]
