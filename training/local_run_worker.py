@@ -23,6 +23,7 @@ from studio.claim_keeper import worker_name
 from studio.claims import Claim
 from studio.jobs import ClaimLost, JobOutcome
 from training import model_store
+from training.config import config_is_grpo
 from training.grpo_runs import GrpoRunSink, StudioPlayer
 from training.jobs import LOCAL_RUN
 from training.local_runs import trained_model_name
@@ -32,7 +33,7 @@ from training.run_sink import MAX_RUN_EVENTS, RunSink
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_RUN_EVENTS", "RunSink", "is_grpo", "local_run_work"]
+__all__ = ["MAX_RUN_EVENTS", "RunSink", "local_run_work"]
 
 
 def local_run_work(*, run_id: int) -> JobOutcome:
@@ -44,7 +45,8 @@ def local_run_work(*, run_id: int) -> JobOutcome:
     run = LocalRun.objects.select_related(
         "job", "job__dataset_version", "job__validation_version"
     ).get(pk=run_id)
-    sink = GrpoRunSink(run, claim) if is_grpo(run.job) else RunSink(run, claim)
+    grpo = config_is_grpo(run.job.effective_config or {})
+    sink = GrpoRunSink(run, claim) if grpo else RunSink(run, claim)
     with LOCAL_RUN.kept(run_id, token):
         try:
             return _train(run, claim, sink)
@@ -57,12 +59,6 @@ def local_run_work(*, run_id: int) -> JobOutcome:
             sink.event("failed", error, level="error")
             claim.fail(error)
             return "failed"
-
-
-def is_grpo(job: TrainingJob) -> bool:
-    """A reinforcement-learning job: it plays its own episodes, it has no dataset."""
-    training = (job.effective_config or {}).get("training")
-    return isinstance(training, dict) and training.get("mode") == "grpo"
 
 
 def _sections(job: TrainingJob) -> dict[str, dict]:

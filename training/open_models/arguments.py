@@ -21,8 +21,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from training.config import Key
-from training.open_models.grpo_arguments import grpo_refusals, is_grpo
+from training.config import Key, config_is_grpo
+from training.open_models.grpo_arguments import grpo_refusals
 
 # The trl provider's own keys (training.providers registers them with its kind).
 TRL_CONFIG_KEYS: dict[str, dict[str, Key]] = {
@@ -65,7 +65,7 @@ def config_refusals(sections: dict[str, dict]) -> list[str]:
     if topology:
         lines.append(_line("data", "topology", f"the trl provider has no data topology; {_REMOVE}"))
     lines += _training_refusals(sections)
-    if is_grpo(sections):
+    if config_is_grpo(sections):
         # GRPO has no SFT batch, length or validation keys: grpo_refusals names each.
         lines += grpo_refusals(sections)
         lines += _hyperparameter_refusals(sections, batch=False)

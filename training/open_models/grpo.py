@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rollouts.game.tools import INTERACT_MANY_TOOL, system_prompt
+from training.config import config_is_grpo
 from training.open_models.arguments import (
     config_refusals,
     deepspeed_config,
@@ -35,7 +36,6 @@ from training.open_models.grpo_arguments import (
     GrpoSettings,
     grpo_arguments,
     grpo_settings,
-    is_grpo,
 )
 from training.open_models.grpo_play import (
     GrpoSink,
@@ -173,7 +173,7 @@ def run_grpo(
 ) -> TrainResult:
     """Train `spec` with TRL's GRPOTrainer on episodes `player` plays; TrainingRefused (one
     line each) before any episode when the config cannot be honoured here."""
-    refused = [] if is_grpo(spec.sections) else ['[training] mode: run_grpo needs "grpo"']
+    refused = [] if config_is_grpo(spec.sections) else ['[training] mode: run_grpo needs "grpo"']
     refused += config_refusals(spec.sections) + runtime_refusals(spec.sections)
     if refused:
         raise TrainingRefused(refused)

@@ -55,10 +55,6 @@ class GrpoSettings:
         return self.group_size * self.seeds_per_iteration
 
 
-def is_grpo(sections: dict[str, dict]) -> bool:
-    return sections.get("training", {}).get("mode") == "grpo"
-
-
 def _line(section: str, key: str, message: str) -> str:
     return f"[{section}] {key}: {message}"
 
