@@ -72,6 +72,11 @@ class TurnModel:
         self.completion_ids: list[int] = []
         self.env_mask: list[int] = []
         self.images: list[Any] = []
+        # Each image's pixel values and grid, made once when its turn is tokenized: every
+        # later answer is sampled on all of them.
+        self._pixel_values: list[Any] = []
+        self._image_grids: list[Any] = []
+        self._dummy_ids: list[int] | None = None
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
         self.answers: list[str] = []
         self.last_prompt_tokens = 0
@@ -116,20 +121,25 @@ class TurnModel:
         return text
 
     def _tokenize(self, text: str, images: list[Any]) -> list[int]:
-        """`text` as the processor tokenizes it, each image's pad token repeated per patch."""
-        encoded = self.processor(text=[text], images=images or None, return_tensors=None)
-        ids = encoded["input_ids"][0]
-        return [int(i) for i in ids]
+        """`text` as the processor tokenizes it, each image's pad token repeated per patch;
+        the images' pixel values and grids are kept for sampling."""
+        encoded = self.processor(text=[text], images=images or None, return_tensors="pt")
+        if images:
+            self._pixel_values.append(encoded["pixel_values"])
+            self._image_grids.append(encoded["image_grid_thw"])
+        return [int(i) for i in encoded["input_ids"][0].tolist()]
 
     def _suffix_ids(self, user: dict[str, Any], images: list[Any]) -> list[int]:
         render = self.processor.apply_chat_template
-        prefix = self._tokenize(render(_DUMMY, add_generation_prompt=False, tokenize=False), [])
+        if self._dummy_ids is None:
+            # The same conversation before every later user turn: rendered once.
+            dummy = self._tokenize(render(_DUMMY, add_generation_prompt=False, tokenize=False), [])
+            ends = [i for i, token in enumerate(dummy) if token == self.eos_id]
+            self._dummy_ids = dummy[: ends[-1] + 1] if ends else dummy
+        prefix = self._dummy_ids
         full = self._tokenize(
             render([*_DUMMY, user], add_generation_prompt=True, tokenize=False), images
         )
-        ends = [i for i, token in enumerate(prefix) if token == self.eos_id]
-        if ends:
-            prefix = prefix[: ends[-1] + 1]
         if full[: len(prefix)] != prefix:
             raise ValueError("the chat template renders a user turn into the turns before it")
         return full[len(prefix) :]
@@ -144,10 +154,9 @@ class TurnModel:
             "input_ids": input_ids,
             "attention_mask": torch.ones_like(input_ids),
         }
-        if self.images:
-            pixels = self.processor.image_processor(images=self.images, return_tensors="pt")
-            inputs["pixel_values"] = pixels["pixel_values"]
-            inputs["image_grid_thw"] = pixels["image_grid_thw"]
+        if self._pixel_values:
+            inputs["pixel_values"] = torch.cat(self._pixel_values)
+            inputs["image_grid_thw"] = torch.cat(self._image_grids)
             # Which tokens are image patches: Qwen2-VL's multimodal positions need it.
             inputs["mm_token_type_ids"] = (input_ids == self.image_token_id).long()
         device = next(self.model.parameters()).device
